@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install sgatlin_nb with its dev extra into a fresh virtual environment and run every test:
+# README/index agreement, nbdev hygiene, the notebooks (nbdev-test, CPU) and pytest.
+# Usage (from the repository root): bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${SGATLIN_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+echo "== creating $VENV and installing sgatlin_nb[dev]"
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+"$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+"$VENV/bin/python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+if [ -z "${SGATLIN_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export SGATLIN_DATA_DIR="$(cd ../shared/data && pwd)"; fi
+echo "== SGATLIN_DATA_DIR=${SGATLIN_DATA_DIR:-<unset: tests needing data will fail>}"
+
+echo "== README.md agrees with nbs/index.ipynb"
+"$VENV/bin/python" scripts/make_readme.py --check
+
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -z "$(git status --porcelain)" ]; then
+  echo "== nbdev-clean and nbdev-export leave the tree unchanged"
+  "$VENV/bin/nbdev-clean"
+  "$VENV/bin/nbdev-export"
+  if [ -n "$(git status --porcelain)" ]; then
+    git status --short; git diff --stat
+    echo "FAIL: notebooks were not clean or sgatlin_nb/ is out of sync with nbs/ (run nbdev-clean && nbdev-export and commit)"
+    exit 1
+  fi
+else
+  echo "== (working tree has changes: skipping the nbdev hygiene check, which needs a clean tree)"
+fi
+
+echo "== nbdev-test (notebooks, CPU)"
+"$VENV/bin/nbdev-test" --n-workers 2 --timing
+
+echo "== pytest tests"
+"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider
