@@ -7,19 +7,19 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/gating.html.md"""
 # %% auto #0
 __all__ = ['TopK', 'product_top_k', 'brute_force_top_k']
 
-# %% ../nbs/00_gating.ipynb #5812ebd0
+# %% ../nbs/00_gating.ipynb #047381dc
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-# %% ../nbs/00_gating.ipynb #01418eb9
+# %% ../nbs/00_gating.ipynb #26d413a4
 class TopK(NamedTuple):
     "The `k` largest values, in descending order, and their flat indices `i*n_b + j`."
     values: jax.Array   # [..., k] same dtype as the scores
     indices: jax.Array  # [..., k] int32
 
-# %% ../nbs/00_gating.ipynb #06410a6e
+# %% ../nbs/00_gating.ipynb #910741e5
 def product_top_k(
     scores_a: jax.Array,  # [..., n_a] scores of the first half
     scores_b: jax.Array,  # [..., n_b] scores of the second half
@@ -40,7 +40,7 @@ def product_top_k(
     j = jnp.take_along_axis(ib, pos % k, axis=-1)
     return TopK(values, (i * n_b + j).astype(jnp.int32))
 
-# %% ../nbs/00_gating.ipynb #238e41ec
+# %% ../nbs/00_gating.ipynb #126ec617
 def brute_force_top_k(scores_a: jax.Array, scores_b: jax.Array, k: int) -> TopK:
     "Reference: top-k over the explicitly formed `n_a*n_b` sums (costs O(n_a*n_b))."
     sums = scores_a[..., :, None] + scores_b[..., None, :]

@@ -8,7 +8,7 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/sgatlin.html.md"""
 __all__ = ['ACTIVATIONS', 'ROUTERS', 'Gates', 'check_sgatlin_config', 'gather_dot', 'gather_combine', 'scatter_outer',
            'gated_neurons', 'reference_gated_neurons', 'SparselyGatedLinear']
 
-# %% ../nbs/01_sgatlin.ipynb #2bd838cb
+# %% ../nbs/01_sgatlin.ipynb #cc942c99
 import math
 from functools import partial
 from typing import Callable, NamedTuple
@@ -19,13 +19,13 @@ from flax import nnx
 
 from .gating import product_top_k
 
-# %% ../nbs/01_sgatlin.ipynb #68f47c65
+# %% ../nbs/01_sgatlin.ipynb #cc6d97b7
 class Gates(NamedTuple):
     "The gating decision: raw scores and neuron indices of the `k` selected neurons per channel."
     scores: jax.Array   # [..., C, k] float32
     indices: jax.Array  # [..., C, k] int32, in [0, d_ffw)
 
-# %% ../nbs/01_sgatlin.ipynb #fb8a31fd
+# %% ../nbs/01_sgatlin.ipynb #8c1fb82e
 ACTIVATIONS: dict[str, Callable | None] = {
     'none': None, 'relu': jax.nn.relu, 'gelu': jax.nn.gelu, 'swish': jax.nn.swish}
 ROUTERS = ('product_dense', 'product_key_value')
@@ -52,7 +52,7 @@ def check_sgatlin_config(d_model: int, d_ffw: int, n_channels: int, k: int, d_ke
         raise ValueError(f"router must be one of {list(ROUTERS)}, got {router!r}")
     return r
 
-# %% ../nbs/01_sgatlin.ipynb #937946ee
+# %% ../nbs/01_sgatlin.ipynb #6b5bc97e
 _CHUNK_BYTES = 4 * 2**20
 
 def _chunk_size(n_tokens: int, n_rows: int, d: int, itemsize: int, chunk: int | None) -> int:
@@ -93,7 +93,7 @@ def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype):
     init = jnp.zeros((n_rows, v_NxD.shape[1]), dtype)
     return jax.lax.scan(one, init, _in_chunks(chunk, rows_NxJ, a_NxJ, v_NxD))[0]
 
-# %% ../nbs/01_sgatlin.ipynb #4807389c
+# %% ../nbs/01_sgatlin.ipynb #29066e6d
 @partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def gated_neurons(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activation, chunk):
     "`y[n] = Σ_j φ(g[n,j] · w_in[r]·x[n]) · w_out[r]` with `r = rows[n, j]`: the neurons of all channels."
@@ -124,7 +124,7 @@ def _gated_neurons_bwd(activation, chunk, res, dy_NxD):
 
 gated_neurons.defvjp(_gated_neurons_fwd, _gated_neurons_bwd)
 
-# %% ../nbs/01_sgatlin.ipynb #a52ef890
+# %% ../nbs/01_sgatlin.ipynb #734f4368
 def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_out_CxFxD, activation=None):
     "The direct gather-einsum formulation of the neurons (paper, listing A.1); slow, for checking."
     c_1xCx1 = jnp.arange(w_in_CxFxD.shape[0])[None, :, None]
@@ -134,7 +134,7 @@ def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_ou
     if activation is not None: h_NxCxS = ACTIVATIONS[activation](h_NxCxS)
     return jnp.einsum('ncs,ncsd->nd', h_NxCxS, w_out_NxCxSxD)
 
-# %% ../nbs/01_sgatlin.ipynb #83d51cbd
+# %% ../nbs/01_sgatlin.ipynb #0f1b4e54
 def _init(scale_axes, dist='truncated_normal'):
     in_axis, out_axis, batch_axis = scale_axes
     return jax.nn.initializers.variance_scaling(1.0, 'fan_in', dist, in_axis=in_axis, out_axis=out_axis,
