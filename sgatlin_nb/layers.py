@@ -6,9 +6,10 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/sgatlin.html.md"""
 
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'ROUTERS', 'Gates', 'check_sgatlin_config', 'gather_dot', 'gather_combine', 'scatter_outer',
-           'gated_neurons', 'reference_gated_neurons', 'SparselyGatedLinear']
+           'gated_neurons', 'reference_gated_neurons', 'TouchedRows', 'touched_rows', 'gated_neurons_touched',
+           'lazy_adamw_rows', 'SparselyGatedLinear']
 
-# %% ../nbs/01_sgatlin.ipynb #cc942c99
+# %% ../nbs/01_sgatlin.ipynb #39782777
 import math
 from functools import partial
 from typing import Callable, NamedTuple
@@ -19,13 +20,13 @@ from flax import nnx
 
 from .gating import product_top_k
 
-# %% ../nbs/01_sgatlin.ipynb #cc6d97b7
+# %% ../nbs/01_sgatlin.ipynb #93bbbb7a
 class Gates(NamedTuple):
     "The gating decision: raw scores and neuron indices of the `k` selected neurons per channel."
     scores: jax.Array   # [..., C, k] float32
     indices: jax.Array  # [..., C, k] int32, in [0, d_ffw)
 
-# %% ../nbs/01_sgatlin.ipynb #8c1fb82e
+# %% ../nbs/01_sgatlin.ipynb #76a2e4e9
 ACTIVATIONS: dict[str, Callable | None] = {
     'none': None, 'relu': jax.nn.relu, 'gelu': jax.nn.gelu, 'swish': jax.nn.swish}
 ROUTERS = ('product_dense', 'product_key_value')
@@ -52,7 +53,7 @@ def check_sgatlin_config(d_model: int, d_ffw: int, n_channels: int, k: int, d_ke
         raise ValueError(f"router must be one of {list(ROUTERS)}, got {router!r}")
     return r
 
-# %% ../nbs/01_sgatlin.ipynb #6b5bc97e
+# %% ../nbs/01_sgatlin.ipynb #2cc255de
 _CHUNK_BYTES = 4 * 2**20
 
 def _chunk_size(n_tokens: int, n_rows: int, d: int, itemsize: int, chunk: int | None) -> int:
@@ -84,16 +85,17 @@ def gather_combine(table_RxD, rows_NxJ, a_NxJ, chunk):
         return jnp.einsum('njd,nj->nd', table_RxD[rows].astype(a.dtype), a)
     return jax.lax.map(one, _in_chunks(chunk, rows_NxJ, a_NxJ)).reshape(-1, table_RxD.shape[1])[:n]
 
-def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype):
+def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype,
+                  start: float = 0.0):  # value the accumulator starts from: 0.0, or -0.0 for a second table
     "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked."
     def one(acc, args):
         rows, a, v = args  # padded tokens have a = 0 and add nothing
         upd = (a[..., None] * v[:, None, :]).astype(dtype)
         return acc.at[rows].add(upd, mode='promise_in_bounds'), None
-    init = jnp.zeros((n_rows, v_NxD.shape[1]), dtype)
+    init = jnp.full((n_rows, v_NxD.shape[1]), start, dtype)
     return jax.lax.scan(one, init, _in_chunks(chunk, rows_NxJ, a_NxJ, v_NxD))[0]
 
-# %% ../nbs/01_sgatlin.ipynb #29066e6d
+# %% ../nbs/01_sgatlin.ipynb #3b20072c
 @partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def gated_neurons(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activation, chunk):
     "`y[n] = Σ_j φ(g[n,j] · w_in[r]·x[n]) · w_out[r]` with `r = rows[n, j]`: the neurons of all channels."
@@ -106,11 +108,13 @@ def _gated_neurons_fwd(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activat
     y_NxD = gather_combine(w_out_RxD, rows_NxJ, a_NxJ, chunk)
     return y_NxD, (x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, h_NxJ, a_NxJ)
 
-def _gated_neurons_bwd(activation, chunk, res, dy_NxD):
+def _neurons_bwd(activation, chunk, res, dy_NxD, grad_rows_NxJ, n_grad_rows):
+    "Cotangents of `x` and the scores, and both tables' gradients as `n_grad_rows` rows addressed by `grad_rows`."
     x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, h_NxJ, a_NxJ = res
-    n_rows, pdt = w_in_RxD.shape[0], w_in_RxD.dtype
+    pdt = w_in_RxD.dtype
     da_NxJ = gather_dot(w_out_RxD, rows_NxJ, dy_NxD, chunk)
-    dw_out_RxD = scatter_outer(n_rows, rows_NxJ, a_NxJ, dy_NxD, chunk, pdt)
+    # -0.0: two identical zero tables would be merged by XLA and copied into each accumulator
+    dw_out = scatter_outer(n_grad_rows, grad_rows_NxJ, a_NxJ, dy_NxD, chunk, pdt, start=-0.0)
     g_NxJ = scores_NxJ.astype(h_NxJ.dtype)
     if activation is None:
         dpre_NxJ = da_NxJ
@@ -119,12 +123,17 @@ def _gated_neurons_bwd(activation, chunk, res, dy_NxD):
     dh_NxJ = dpre_NxJ * g_NxJ
     dscores_NxJ = (dpre_NxJ * h_NxJ).astype(scores_NxJ.dtype)
     dx_NxD = gather_combine(w_in_RxD, rows_NxJ, dh_NxJ, chunk).astype(x_NxD.dtype)
-    dw_in_RxD = scatter_outer(n_rows, rows_NxJ, dh_NxJ, x_NxD, chunk, pdt)
+    dw_in = scatter_outer(n_grad_rows, grad_rows_NxJ, dh_NxJ, x_NxD, chunk, pdt)
+    return dx_NxD, dscores_NxJ, dw_in, dw_out
+
+def _gated_neurons_bwd(activation, chunk, res, dy_NxD):
+    rows_NxJ, n_rows = res[2], res[3].shape[0]
+    dx_NxD, dscores_NxJ, dw_in_RxD, dw_out_RxD = _neurons_bwd(activation, chunk, res, dy_NxD, rows_NxJ, n_rows)
     return dx_NxD, dscores_NxJ, None, dw_in_RxD, dw_out_RxD
 
 gated_neurons.defvjp(_gated_neurons_fwd, _gated_neurons_bwd)
 
-# %% ../nbs/01_sgatlin.ipynb #734f4368
+# %% ../nbs/01_sgatlin.ipynb #53fcc056
 def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_out_CxFxD, activation=None):
     "The direct gather-einsum formulation of the neurons (paper, listing A.1); slow, for checking."
     c_1xCx1 = jnp.arange(w_in_CxFxD.shape[0])[None, :, None]
@@ -134,7 +143,70 @@ def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_ou
     if activation is not None: h_NxCxS = ACTIVATIONS[activation](h_NxCxS)
     return jnp.einsum('ncs,ncsd->nd', h_NxCxS, w_out_NxCxSxD)
 
-# %% ../nbs/01_sgatlin.ipynb #0f1b4e54
+# %% ../nbs/01_sgatlin.ipynb #4d613760
+class TouchedRows(NamedTuple):
+    "The distinct table rows a batch selects, and where each selection sits among them."
+    rows: jax.Array   # [U] int32, ascending; unused places at the end hold n_rows (out of range)
+    slots: jax.Array  # [N, J] int32, with rows[slots] == the selected rows
+
+def touched_rows(rows_NxJ, n_rows: int) -> TouchedRows:
+    "The distinct rows among `rows_NxJ` (`U = min(n_rows, N·J)` places, padded) and the slot of each selection."
+    n_touched = min(n_rows, rows_NxJ.size)
+    used_R = jnp.zeros(n_rows, jnp.int32).at[rows_NxJ.reshape(-1)].set(1)
+    slot_R = jnp.cumsum(used_R) - 1  # the slot of row r, if r is touched
+    rows_U = jnp.full(n_touched, n_rows, jnp.int32).at[jnp.where(used_R > 0, slot_R, n_touched)].set(
+        jnp.arange(n_rows, dtype=jnp.int32), mode='drop')
+    return TouchedRows(rows_U, slot_R[rows_NxJ])
+
+# %% ../nbs/01_sgatlin.ipynb #e2fb79f5
+@partial(jax.custom_vjp, nondiff_argnums=(7, 8))
+def _touched_neurons(x_NxD, scores_NxJ, rows_NxJ, slots_NxJ, w_in_RxD, w_out_RxD, taps, activation, chunk):
+    return _gated_neurons_fwd(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activation, chunk)[0]
+
+def _touched_neurons_fwd(x_NxD, scores_NxJ, rows_NxJ, slots_NxJ, w_in_RxD, w_out_RxD, taps, activation, chunk):
+    y_NxD, res = _gated_neurons_fwd(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activation, chunk)
+    return y_NxD, (res, slots_NxJ)
+
+def _touched_neurons_bwd(activation, chunk, res_slots, dy_NxD):
+    res, slots_NxJ = res_slots
+    n_touched = min(res[3].shape[0], slots_NxJ.size)
+    dx_NxD, dscores_NxJ, dw_in_UxD, dw_out_UxD = _neurons_bwd(activation, chunk, res, dy_NxD, slots_NxJ, n_touched)
+    return dx_NxD, dscores_NxJ, None, None, None, None, (dw_in_UxD, dw_out_UxD)
+
+_touched_neurons.defvjp(_touched_neurons_fwd, _touched_neurons_bwd)
+
+def gated_neurons_touched(x_NxD, scores_NxJ, rows_NxJ, touched: TouchedRows, w_in_RxD, w_out_RxD,
+                          taps,        # (zeros [U, D], zeros [U, D]): receive the gradients of the touched rows
+                          activation, chunk):
+    "`gated_neurons` with constant tables whose gradient, row-sparse, arrives as the gradient of `taps`."
+    want = (touched.rows.shape[0], x_NxD.shape[1])
+    if len(taps) != 2 or any(t.shape != want for t in taps):
+        raise ValueError(f"taps must be two arrays of shape {want} (touched rows x d_model), "
+                         f"got {[getattr(t, 'shape', t) for t in taps]}")
+    w_in_RxD, w_out_RxD = jax.lax.stop_gradient(w_in_RxD), jax.lax.stop_gradient(w_out_RxD)
+    return _touched_neurons(x_NxD, scores_NxJ, rows_NxJ, touched.slots, w_in_RxD, w_out_RxD, tuple(taps),
+                            activation, chunk)
+
+# %% ../nbs/01_sgatlin.ipynb #1628bc0b
+def lazy_adamw_rows(table_RxD, mu_RxD, nu_RxD, rows_U, grad_UxD, count, *,
+                    learning_rate,  # scalar (the schedule's value at this step)
+                    b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8, weight_decay: float = 0.0,
+                    chunk: int = 4096):  # rows per chunk
+    "AdamW step `count` (>= 1) on the rows `rows_U` of a table only; returns the new table and moments."
+    pad = -rows_U.shape[0] % chunk
+    rows_UxC = jnp.pad(rows_U, (0, pad), constant_values=table_RxD.shape[0]).reshape(-1, chunk)
+    grad_UxCxD = jnp.pad(grad_UxD, ((0, pad), (0, 0))).reshape(-1, chunk, grad_UxD.shape[1])
+    c1, c2 = 1 - b1 ** count, 1 - b2 ** count
+    def one(state, args):
+        rows, g = args
+        p, m, v = (t.at[rows].get(mode='fill', fill_value=0) for t in state)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        p = p - learning_rate * ((m / c1) / (jnp.sqrt(v / c2) + eps) + weight_decay * p)
+        return tuple(t.at[rows].set(u, mode='drop') for t, u in zip(state, (p, m, v))), None
+    return jax.lax.scan(one, (table_RxD, mu_RxD, nu_RxD), (rows_UxC, grad_UxCxD))[0]
+
+# %% ../nbs/01_sgatlin.ipynb #203a3dd3
 def _init(scale_axes, dist='truncated_normal'):
     in_axis, out_axis, batch_axis = scale_axes
     return jax.nn.initializers.variance_scaling(1.0, 'fan_in', dist, in_axis=in_axis, out_axis=out_axis,
@@ -183,7 +255,22 @@ class SparselyGatedLinear(nnx.Module):
         top = product_top_k(s[..., 0, :, :], s[..., 1, :, :], self.k)
         return Gates(top.values, top.indices)
 
-    def apply_gates(self, x, gates: Gates):
+    def _rows(self, indices):
+        "Row of each selected neuron in the tables stacked over channels, `[N, C·k]`."
+        C, F = self.n_channels, self.d_ffw
+        return (indices.reshape(-1, C, self.k) + F * jnp.arange(C, dtype=jnp.int32)[:, None]).reshape(-1, C * self.k)
+
+    def touched(self, gates: Gates) -> TouchedRows:
+        "The distinct rows of the `[C·d_ffw, d_model]` tables that `gates` select."
+        return touched_rows(self._rows(gates.indices), self.n_channels * self.d_ffw)
+
+    def row_taps(self, n_tokens: int) -> tuple:
+        "Zero taps for `apply_gates(..., taps=)` on `n_tokens` tokens: two `[U, d_model]` float32 arrays."
+        n_touched = min(self.n_channels * self.d_ffw, n_tokens * self.n_channels * self.k)
+        return (jnp.zeros((n_touched, self.d_model), jnp.float32),) * 2
+
+    def apply_gates(self, x, gates: Gates,
+                    taps: tuple | None = None):  # `row_taps(N)`: table gradients come out row-sparse, in the taps
         "The neurons selected by `gates`, applied to `x [..., d_model]`: `[..., d_model]`."
         self._check_input(x)
         lead, C, F, D = x.shape[:-1], self.n_channels, self.d_ffw, self.d_model
@@ -192,12 +279,15 @@ class SparselyGatedLinear(nnx.Module):
             raise ValueError(f"gates must have shape {want} for x of shape {x.shape}, got scores "
                              f"{gates.scores.shape} and indices {gates.indices.shape}")
         x_NxD = x.reshape(-1, D).astype(self.dtype)
-        rows_NxCxS = gates.indices.reshape(-1, C, self.k) + F * jnp.arange(C, dtype=jnp.int32)[:, None]
-        rows_NxJ = rows_NxCxS.reshape(x_NxD.shape[0], C * self.k)
+        rows_NxJ = self._rows(gates.indices)
         scores_NxJ = gates.scores.reshape(x_NxD.shape[0], C * self.k)
         chunk = _chunk_size(x_NxD.shape[0], C * self.k, D, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
-        y_NxD = gated_neurons(x_NxD, scores_NxJ, rows_NxJ, self.w_in[...].reshape(C * F, D),
-                              self.w_out[...].reshape(C * F, D), self.activation, chunk)
+        w_in_RxD, w_out_RxD = self.w_in[...].reshape(C * F, D), self.w_out[...].reshape(C * F, D)
+        if taps is None:
+            y_NxD = gated_neurons(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, self.activation, chunk)
+        else:
+            y_NxD = gated_neurons_touched(x_NxD, scores_NxJ, rows_NxJ, touched_rows(rows_NxJ, C * F), w_in_RxD,
+                                          w_out_RxD, taps, self.activation, chunk)
         return y_NxD.reshape(x.shape).astype(x.dtype)
 
     def __call__(self, x):

@@ -1,0 +1,28 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    d = os.environ.get("SGATLIN_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+    if not Path(d, "tinystories").is_dir():
+        pytest.fail(f"the test data are missing: set SGATLIN_DATA_DIR (looked in {d})")
+    return Path(d)
+
+
+def sgatlin_cmd() -> list[str]:
+    "The installed console script, else the module."
+    exe = Path(sys.executable).parent / "sgatlin"
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from sgatlin_nb.cli import main; sys.exit(main())"]
+
+
+def run_sgatlin(args, data_dir, timeout=600, extra_env=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu", **(extra_env or {})}
+    return subprocess.run(sgatlin_cmd() + list(args), capture_output=True, text=True, timeout=timeout, env=env)
