@@ -8,9 +8,9 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/train.html.md"""
 __all__ = ['PRESETS', 'PAIRED', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'lm_loss',
            'init_distributed', 'make_mesh', 'param_sharding', 'shard_batch', 'TrainConfig', 'RunError', 'prepare_data',
            'init_state', 'state_shardings', 'make_train_step', 'make_eval_step', 'evaluate', 'checkpoint_manager',
-           'restore_checkpoint', 'MetricsLog', 'read_metrics', 'sample_text', 'train', 'load_run']
+           'restore_checkpoint', 'MetricsLog', 'read_metrics', 'sample_text', 'train', 'load_run', 'reference_run']
 
-# %% ../nbs/06_train.ipynb #691dd3a6
+# %% ../nbs/06_train.ipynb #80164415
 import dataclasses
 import json
 import math
@@ -33,7 +33,7 @@ from .data import (batch_at, eval_batches, load_tokenizer, read_texts, tokenize_
                              train_tokenizer, unigram_cross_entropy)
 from .model import ModelConfig, Transformer, generate
 
-# %% ../nbs/06_train.ipynb #f6b5bac0
+# %% ../nbs/06_train.ipynb #3033a133
 def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fraction: float = 0.2) -> Callable:
     "Warmup-stable-decay learning rate with a square-root decay over the last `decay_fraction` of `total_steps`."
     if total_steps < 1 or not 0 <= warmup_steps <= total_steps or not 0 <= decay_fraction <= 1:
@@ -47,7 +47,7 @@ def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fr
         return peak * warm * (1.0 - jnp.sqrt(frac))
     return schedule
 
-# %% ../nbs/06_train.ipynb #b623967f
+# %% ../nbs/06_train.ipynb #22cb55a4
 def decay_mask(params) -> Any:
     "True for parameters that get weight decay: those with at least two axes."
     return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
@@ -58,7 +58,7 @@ def make_optimizer(schedule: Callable, weight_decay: float = 0.1, clip_norm: flo
     return optax.chain(optax.clip_by_global_norm(clip_norm),
                        optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask))
 
-# %% ../nbs/06_train.ipynb #c22762ab
+# %% ../nbs/06_train.ipynb #570879cf
 def token_losses(logits_BxTxV, targets_BxT):
     "Per-token cross-entropy in float32."
     return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV.astype(jnp.float32), targets_BxT)
@@ -68,7 +68,7 @@ def lm_loss(params, graphdef, tokens_BxT1):
     model = nnx.merge(graphdef, params)
     return token_losses(model(tokens_BxT1[:, :-1]), tokens_BxT1[:, 1:]).mean()
 
-# %% ../nbs/06_train.ipynb #ef4ef5bd
+# %% ../nbs/06_train.ipynb #e617a811
 def init_distributed() -> bool:
     "Initialize multi-host JAX when running as one task of a multi-task Slurm job; True if it did."
     if int(os.environ.get('SLURM_NTASKS', '1')) > 1 and jax.process_count() == 1:
@@ -97,7 +97,7 @@ def shard_batch(batch_BxT: np.ndarray, mesh: Mesh) -> jax.Array:
     rows = batch_BxT.shape[0] // n_proc
     return jax.make_array_from_process_local_data(sharding, batch_BxT[i * rows:(i + 1) * rows], batch_BxT.shape)
 
-# %% ../nbs/06_train.ipynb #b9ff63b6
+# %% ../nbs/06_train.ipynb #6bf6ee8e
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     "Everything that defines a training run except its data."
@@ -131,7 +131,7 @@ class TrainConfig:
         m = dict(d['model']); m['ffw'] = FFWConfig(**m['ffw'])
         return cls(**{**d, 'model': ModelConfig(**m)})
 
-# %% ../nbs/06_train.ipynb #6f352537
+# %% ../nbs/06_train.ipynb #e0931ac9
 def _sgatlin_ffw(d_model, d_ffw, n_channels, k=8, d_key=128):
     return FFWConfig(kind='sgatlin', d_model=d_model, d_ffw=d_ffw, n_channels=n_channels, k=k, d_key=d_key)
 
@@ -149,7 +149,7 @@ PRESETS: dict[str, TrainConfig] = {
         tokenizer='sgatlin'),
 }
 
-# %% ../nbs/06_train.ipynb #9684cf33
+# %% ../nbs/06_train.ipynb #569c137e
 PAIRED = {'tinystories': ('tinystories-train', 'tinystories-valid')}  # name: (train corpus, validation corpus)
 
 class RunError(RuntimeError):
@@ -183,7 +183,7 @@ def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True):
                            f"{cfg.model.seq_len + 1}: use a larger corpus or a shorter seq_len")
     return tokenizer, train, valid
 
-# %% ../nbs/06_train.ipynb #e7ece3b7
+# %% ../nbs/06_train.ipynb #919916d6
 def init_state(cfg: TrainConfig):
     "Fresh model graph, and a state dict `{step, params, opt_state}` plus the optimizer."
     model = Transformer(cfg.model, rngs=nnx.Rngs(cfg.seed))
@@ -231,7 +231,7 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     loss = total / max(count, 1.0)
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count)}
 
-# %% ../nbs/06_train.ipynb #0870f2ea
+# %% ../nbs/06_train.ipynb #1f40b092
 def checkpoint_manager(out: Path, keep: int) -> ocp.CheckpointManager:
     "Synchronous orbax manager for `out/checkpoints`, keeping the last `keep` steps."
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False, create=True)
@@ -268,7 +268,7 @@ def _check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool
         raise RunError(f"{out} is not empty and holds no sgatlin run: choose a new or empty --out")
     return False
 
-# %% ../nbs/06_train.ipynb #9eb3bb21
+# %% ../nbs/06_train.ipynb #70af8bae
 class MetricsLog:
     "Append-only JSONL metrics, truncated to a step on resumption; optionally mirrored to W&B."
     def __init__(self, path: Path, resume_step: int | None = None, wandb_run=None):
@@ -296,7 +296,7 @@ def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n
     out = generate(model, jnp.asarray([ids], jnp.int32), n_new, temperature=temperature, rng=jax.random.key(seed))
     return tokenizer.decode(np.asarray(out[0]).tolist())
 
-# %% ../nbs/06_train.ipynb #623202e4
+# %% ../nbs/06_train.ipynb #7a356672
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
           mesh: Mesh | None = None, wandb_project: str | None = None) -> dict:
     "Train `cfg` on corpus `data` into run directory `out`; returns a summary of the run."
@@ -364,7 +364,7 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     summary.update({k: last[k] for k in ('step', 'loss', 'tokens_per_s') if k in last}, wall_s=time.perf_counter() - t0)
     return summary
 
-# %% ../nbs/06_train.ipynb #f11de9b4
+# %% ../nbs/06_train.ipynb #944ec89a
 def load_run(out: str | Path, step: int | None = None):
     "The config, tokenizer, model graph and parameters of a run directory (latest checkpoint by default)."
     out = Path(out)
@@ -380,3 +380,19 @@ def load_run(out: str | Path, step: int | None = None):
     state, step = restore_checkpoint(mgr, state, shardings, step)
     mgr.close()
     return cfg, load_tokenizer(out / 'tokenizer.json'), graphdef, state['params'], step
+
+# %% ../nbs/06_train.ipynb #409e6725
+def reference_run(preset: str = 'tinystories-cpu', data: str = 'tinystories', root: str | Path | None = None,
+                  progress: bool = True) -> Path:
+    "Directory of a finished run of `preset` on `data` in the cache folder; trains (or resumes) it on first use."
+    import fcntl
+    root = Path(root or os.environ.get('SGATLIN_CACHE', '~/.cache/sgatlin_nb')).expanduser()
+    out = root / f'{preset}--{data.replace("/", "_")}'
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f'{out.name}.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cfg = PRESETS[preset]
+        done = (out / 'checkpoints').exists() and checkpoint_manager(out, cfg.keep_ckpts).latest_step() == cfg.steps
+        if not done:
+            train(cfg, data, out, resume=True, progress=progress)
+    return out
