@@ -9,7 +9,7 @@ __all__ = ['MLP_ACTIVATIONS', 'SWIGLU_VARIANTS', 'GPT_OSS_ALPHA', 'GPT_OSS_LIMIT
            'MLP', 'swiglu', 'check_swiglu_config', 'SwiGLU', 'Dispatch', 'block_dispatch', 'check_moe_config', 'MoE',
            'peer_neurons', 'check_peer_config', 'PEER', 'FFWConfig', 'make_ffw']
 
-# %% ../nbs/02_baselines.ipynb #93272287
+# %% ../nbs/02_baselines.ipynb #e0bdc5ce
 import dataclasses
 import math
 from functools import partial
@@ -22,7 +22,7 @@ from flax import nnx
 from .layers import (ACTIVATIONS, Gates, SparselyGatedLinear, _chunk_size, _init, _positive,
                                check_sgatlin_config, gather_combine, gather_dot, scatter_outer)
 
-# %% ../nbs/02_baselines.ipynb #df43e3f2
+# %% ../nbs/02_baselines.ipynb #531c137c
 def _check_choice(name: str, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
@@ -31,7 +31,7 @@ class _Feedforward(nnx.Module):
     "Base of the baseline layers: the input check of the sgatlin layer."
     _check_input = SparselyGatedLinear._check_input
 
-# %% ../nbs/02_baselines.ipynb #ece486a7
+# %% ../nbs/02_baselines.ipynb #60663715
 MLP_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != 'none')
 
 def check_mlp_config(d_model: int, d_ffw: int, activation: str = 'gelu'):
@@ -56,7 +56,7 @@ class MLP(_Feedforward):
         h_NxF = ACTIVATIONS[self.activation](x_NxD @ self.w_in[...].astype(self.dtype))
         return (h_NxF @ self.w_out[...].astype(self.dtype)).astype(x.dtype)
 
-# %% ../nbs/02_baselines.ipynb #88374fe1
+# %% ../nbs/02_baselines.ipynb #810c950e
 SWIGLU_VARIANTS = ('standard', 'gpt_oss')
 GPT_OSS_ALPHA, GPT_OSS_LIMIT = 1.702, 7.0
 
@@ -68,7 +68,7 @@ def swiglu(gate, linear, variant: str = 'standard'):
     linear = jnp.clip(linear, -GPT_OSS_LIMIT, GPT_OSS_LIMIT)
     return gate * jax.nn.sigmoid(GPT_OSS_ALPHA * gate) * (linear + 1)
 
-# %% ../nbs/02_baselines.ipynb #7eee43be
+# %% ../nbs/02_baselines.ipynb #90fe58a6
 def check_swiglu_config(d_model: int, d_ffw: int, variant: str = 'standard'):
     "Validate a SwiGLU configuration."
     _positive(d_model=d_model, d_ffw=d_ffw)
@@ -97,7 +97,7 @@ class SwiGLU(_Feedforward):
         if self.variant == 'gpt_oss': y_NxD = y_NxD + self.b_out[...].astype(dt)
         return y_NxD.astype(x.dtype)
 
-# %% ../nbs/02_baselines.ipynb #421d4e1e
+# %% ../nbs/02_baselines.ipynb #0be2aac3
 class Dispatch(NamedTuple):
     "Where each (token, slot) assignment of an MoE goes when its rows are grouped by expert in blocks."
     token_P: jax.Array     # [G*B] int32: token held by each padded row (N for padding)
@@ -129,7 +129,7 @@ def block_dispatch(experts_NxS, n_experts: int, block_rows: int) -> Dispatch:
     row_M = jnp.zeros(M, jnp.int32).at[order_M].set(row_sorted_M.astype(jnp.int32))
     return Dispatch(token_P, jnp.minimum(expert_G, n_experts - 1).astype(jnp.int32), row_M.reshape(N, S))
 
-# %% ../nbs/02_baselines.ipynb #d7869f9d
+# %% ../nbs/02_baselines.ipynb #750d8199
 def check_moe_config(d_model: int, d_ffw: int, n_experts: int = 16, top_k: int = 2):
     "Validate an MoE configuration."
     _positive(d_model=d_model, d_ffw=d_ffw, n_experts=n_experts, top_k=top_k)
@@ -188,7 +188,7 @@ class MoE(_Feedforward):
         "`apply_gates(x, gate(x))`."
         return self.apply_gates(x, self.gate(x))
 
-# %% ../nbs/02_baselines.ipynb #5ebc5d39
+# %% ../nbs/02_baselines.ipynb #c02c3920
 @partial(jax.custom_vjp, nondiff_argnums=(5,))
 def peer_neurons(x_NxD, g_NxJ, rows_NxJ, w_in_FxD, w_out_FxD, chunk):
     "`y[n] = Σ_j g[n,j] · gelu(w_in[r]·x[n]) · w_out[r]` with `r = rows[n, j]`: PEER's single-neuron experts."
@@ -214,7 +214,7 @@ def _peer_neurons_bwd(chunk, res, dy_NxD):
 
 peer_neurons.defvjp(_peer_neurons_fwd, _peer_neurons_bwd)
 
-# %% ../nbs/02_baselines.ipynb #1c8dfbb1
+# %% ../nbs/02_baselines.ipynb #12aadfdf
 def check_peer_config(d_model: int, d_ffw: int, n_channels: int = 16, k: int = 8, d_key: int = 128) -> int:
     "Validate a PEER configuration (the sgatlin checks with PEER's router); return `sqrt(d_ffw)`."
     return check_sgatlin_config(d_model, d_ffw, n_channels, k, d_key, router='product_key_value')
@@ -263,7 +263,7 @@ class PEER(_Feedforward):
         "`apply_gates(x, gate(x))`."
         return self.apply_gates(x, self.gate(x))
 
-# %% ../nbs/02_baselines.ipynb #6e255b59
+# %% ../nbs/02_baselines.ipynb #a9dff612
 DTYPES = ('float32', 'bfloat16', 'float16')
 
 FFW_KINDS = {  # kind -> (layer class, its config check, the FFWConfig fields it uses)

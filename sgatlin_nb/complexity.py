@@ -9,7 +9,7 @@ __all__ = ['FFW_COSTS', 'PAPER_COMPLEXITY', 'ACCOUNTINGS', 'TRAIN_FLOPS_PER_FORW
            'moe_cost', 'peer_cost', 'sgatlin_cost', 'ffw_cost', 'XlaFlops', 'xla_flops', 'BigO', 'complexity_table',
            'model_flops', 'training_flops', 'tokens_for_budget', 'model_params']
 
-# %% ../nbs/03_complexity.ipynb #5a541298
+# %% ../nbs/03_complexity.ipynb #4fe774b4
 import math
 import re
 from typing import Callable, NamedTuple
@@ -19,7 +19,7 @@ import jax
 from .baselines import FFWConfig
 from .layers import _positive
 
-# %% ../nbs/03_complexity.ipynb #02363da8
+# %% ../nbs/03_complexity.ipynb #aacd0293
 class FFWCost(NamedTuple):
     "Size and per-token cost of one feedforward layer."
     params: int         # all parameters of the layer
@@ -32,7 +32,7 @@ def _expect(cfg: FFWConfig, kind: str):
         raise ValueError(f"{kind}_cost needs an FFWConfig of kind={kind!r}, got kind={cfg.kind!r}; "
                          f"ffw_cost dispatches on the kind")
 
-# %% ../nbs/03_complexity.ipynb #14d5b232
+# %% ../nbs/03_complexity.ipynb #b6206c06
 def mlp_cost(cfg: FFWConfig) -> FFWCost:
     "Cost of the dense GeLU MLP `act(x W_in) W_out`."
     _expect(cfg, 'mlp')
@@ -46,7 +46,7 @@ def swiglu_cost(cfg: FFWConfig) -> FFWCost:
     n = 3 * D * F + (2 * F + D if cfg.swiglu_variant == 'gpt_oss' else 0)
     return FFWCost(params=n, active_params=n, flops=2 * 3 * D * F, activations=3 * F)
 
-# %% ../nbs/03_complexity.ipynb #8b31981c
+# %% ../nbs/03_complexity.ipynb #7b922cbe
 def moe_cost(cfg: FFWConfig) -> FFWCost:
     "Cost of GPT-OSS's mixture of SwiGLU experts (ideal: no padding rows)."
     _expect(cfg, 'moe')
@@ -56,7 +56,7 @@ def moe_cost(cfg: FFWConfig) -> FFWCost:
                    flops=2 * D * E + S * 2 * 3 * D * F + 2 * S * D,
                    activations=E + 2 * S + S * (3 * F + D))
 
-# %% ../nbs/03_complexity.ipynb #3e29b72b
+# %% ../nbs/03_complexity.ipynb #d4fa6fc4
 def _product_key_cost(cfg: FFWConfig, query: int, table_rows: int) -> FFWCost:
     "Shared by PEER and sgatlin: `query` parameters, keys, and neuron tables of `table_rows` rows."
     D, C, k, K, R = cfg.d_model, cfg.n_channels, cfg.k, cfg.d_key, math.isqrt(cfg.d_ffw)
@@ -76,7 +76,7 @@ def sgatlin_cost(cfg: FFWConfig) -> FFWCost:
     n_queries = 1 if cfg.router == 'product_dense' else 2 * cfg.n_channels
     return _product_key_cost(cfg, cfg.d_model * n_queries * cfg.d_key, cfg.n_channels * cfg.d_ffw)
 
-# %% ../nbs/03_complexity.ipynb #412c0dda
+# %% ../nbs/03_complexity.ipynb #f4664a83
 FFW_COSTS: dict[str, Callable[[FFWConfig], FFWCost]] = {
     'mlp': mlp_cost, 'swiglu': swiglu_cost, 'moe': moe_cost, 'peer': peer_cost, 'sgatlin': sgatlin_cost}
 
@@ -84,7 +84,7 @@ def ffw_cost(cfg: FFWConfig) -> FFWCost:
     "Parameters, active parameters, forward FLOPs and activations per token of the layer `cfg` describes."
     return FFW_COSTS[cfg.kind](cfg)
 
-# %% ../nbs/03_complexity.ipynb #848ad670
+# %% ../nbs/03_complexity.ipynb #af488687
 class XlaFlops(NamedTuple):
     "XLA's FLOP count of a compiled function."
     total: float       # cost_analysis()['flops']: matmuls and elementwise work
@@ -122,7 +122,7 @@ def xla_flops(fn: Callable, *args) -> XlaFlops:
     def inside(c): return own[c] + sum(inside(d) for d in calls[c])
     return XlaFlops(float(compiled.cost_analysis()['flops']), sum(own.values()), sum(inside(b) for b in bodies))
 
-# %% ../nbs/03_complexity.ipynb #2adbdf4b
+# %% ../nbs/03_complexity.ipynb #486b2a20
 class BigO(NamedTuple):
     "The paper's orders of growth of one variant (appendix A.2), as LaTeX and as functions of a config."
     time: str
@@ -150,7 +150,7 @@ PAPER_COMPLEXITY: dict[str, BigO] = {
                     lambda c: _gating(c, True) + c.n_channels * _dense(c)),
 }
 
-# %% ../nbs/03_complexity.ipynb #f1205530
+# %% ../nbs/03_complexity.ipynb #31ab3208
 def complexity_table(cfgs: list[FFWConfig]) -> str:
     "Markdown table: the paper's orders of growth (appendix A.2) and our exact counts for each config."
     head = ['Variant', r'Time $\mathcal{O}$', 'FLOPs / token', r'Memory $\mathcal{O}$', 'Parameters',
@@ -162,7 +162,7 @@ def complexity_table(cfgs: list[FFWConfig]) -> str:
                      f'| {n.activations:,} | {n.params / n.flops:.2f} |')
     return '\n'.join(lines)
 
-# %% ../nbs/03_complexity.ipynb #fff40336
+# %% ../nbs/03_complexity.ipynb #2e4e6d43
 ACCOUNTINGS = ('paper', 'full')
 TRAIN_FLOPS_PER_FORWARD = 3  # forward + backward; the backward of a matmul is two matmuls of its size
 

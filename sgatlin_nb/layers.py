@@ -7,9 +7,9 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/sgatlin.html.md"""
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'ROUTERS', 'Gates', 'check_sgatlin_config', 'gather_dot', 'gather_combine', 'scatter_outer',
            'gated_neurons', 'reference_gated_neurons', 'TouchedRows', 'touched_rows', 'gated_neurons_touched',
-           'lazy_adamw_rows', 'SparselyGatedLinear']
+           'lazy_adamw_rows', 'selected_subkey_scores', 'SparselyGatedLinear']
 
-# %% ../nbs/01_sgatlin.ipynb #39782777
+# %% ../nbs/01_sgatlin.ipynb #5fdc7fac
 import math
 from functools import partial
 from typing import Callable, NamedTuple
@@ -20,13 +20,13 @@ from flax import nnx
 
 from .gating import product_top_k
 
-# %% ../nbs/01_sgatlin.ipynb #93bbbb7a
+# %% ../nbs/01_sgatlin.ipynb #fac58d80
 class Gates(NamedTuple):
     "The gating decision: raw scores and neuron indices of the `k` selected neurons per channel."
     scores: jax.Array   # [..., C, k] float32
     indices: jax.Array  # [..., C, k] int32, in [0, d_ffw)
 
-# %% ../nbs/01_sgatlin.ipynb #76a2e4e9
+# %% ../nbs/01_sgatlin.ipynb #db128c4e
 ACTIVATIONS: dict[str, Callable | None] = {
     'none': None, 'relu': jax.nn.relu, 'gelu': jax.nn.gelu, 'swish': jax.nn.swish}
 ROUTERS = ('product_dense', 'product_key_value')
@@ -53,7 +53,7 @@ def check_sgatlin_config(d_model: int, d_ffw: int, n_channels: int, k: int, d_ke
         raise ValueError(f"router must be one of {list(ROUTERS)}, got {router!r}")
     return r
 
-# %% ../nbs/01_sgatlin.ipynb #2cc255de
+# %% ../nbs/01_sgatlin.ipynb #fdec4980
 _CHUNK_BYTES = 4 * 2**20
 
 def _chunk_size(n_tokens: int, n_rows: int, d: int, itemsize: int, chunk: int | None) -> int:
@@ -95,7 +95,7 @@ def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype,
     init = jnp.full((n_rows, v_NxD.shape[1]), start, dtype)
     return jax.lax.scan(one, init, _in_chunks(chunk, rows_NxJ, a_NxJ, v_NxD))[0]
 
-# %% ../nbs/01_sgatlin.ipynb #3b20072c
+# %% ../nbs/01_sgatlin.ipynb #d944d543
 @partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def gated_neurons(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activation, chunk):
     "`y[n] = Σ_j φ(g[n,j] · w_in[r]·x[n]) · w_out[r]` with `r = rows[n, j]`: the neurons of all channels."
@@ -133,7 +133,7 @@ def _gated_neurons_bwd(activation, chunk, res, dy_NxD):
 
 gated_neurons.defvjp(_gated_neurons_fwd, _gated_neurons_bwd)
 
-# %% ../nbs/01_sgatlin.ipynb #53fcc056
+# %% ../nbs/01_sgatlin.ipynb #4a4aabc0
 def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_out_CxFxD, activation=None):
     "The direct gather-einsum formulation of the neurons (paper, listing A.1); slow, for checking."
     c_1xCx1 = jnp.arange(w_in_CxFxD.shape[0])[None, :, None]
@@ -143,7 +143,7 @@ def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_ou
     if activation is not None: h_NxCxS = ACTIVATIONS[activation](h_NxCxS)
     return jnp.einsum('ncs,ncsd->nd', h_NxCxS, w_out_NxCxSxD)
 
-# %% ../nbs/01_sgatlin.ipynb #4d613760
+# %% ../nbs/01_sgatlin.ipynb #43a19ef3
 class TouchedRows(NamedTuple):
     "The distinct table rows a batch selects, and where each selection sits among them."
     rows: jax.Array   # [U] int32, ascending; unused places at the end hold n_rows (out of range)
@@ -158,7 +158,7 @@ def touched_rows(rows_NxJ, n_rows: int) -> TouchedRows:
         jnp.arange(n_rows, dtype=jnp.int32), mode='drop')
     return TouchedRows(rows_U, slot_R[rows_NxJ])
 
-# %% ../nbs/01_sgatlin.ipynb #e2fb79f5
+# %% ../nbs/01_sgatlin.ipynb #d72a91e5
 @partial(jax.custom_vjp, nondiff_argnums=(7, 8))
 def _touched_neurons(x_NxD, scores_NxJ, rows_NxJ, slots_NxJ, w_in_RxD, w_out_RxD, taps, activation, chunk):
     return _gated_neurons_fwd(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, activation, chunk)[0]
@@ -187,11 +187,11 @@ def gated_neurons_touched(x_NxD, scores_NxJ, rows_NxJ, touched: TouchedRows, w_i
     return _touched_neurons(x_NxD, scores_NxJ, rows_NxJ, touched.slots, w_in_RxD, w_out_RxD, tuple(taps),
                             activation, chunk)
 
-# %% ../nbs/01_sgatlin.ipynb #1628bc0b
+# %% ../nbs/01_sgatlin.ipynb #8ad84ee5
 def lazy_adamw_rows(table_RxD, mu_RxD, nu_RxD, rows_U, grad_UxD, count, *,
                     learning_rate,  # scalar (the schedule's value at this step)
                     b1: float = 0.9, b2: float = 0.95, eps: float = 1e-8, weight_decay: float = 0.0,
-                    chunk: int = 4096):  # rows per chunk
+                    chunk: int = 1024):  # rows per chunk (1 MiB per array at d_model = 256)
     "AdamW step `count` (>= 1) on the rows `rows_U` of a table only; returns the new table and moments."
     pad = -rows_U.shape[0] % chunk
     rows_UxC = jnp.pad(rows_U, (0, pad), constant_values=table_RxD.shape[0]).reshape(-1, chunk)
@@ -206,11 +206,40 @@ def lazy_adamw_rows(table_RxD, mu_RxD, nu_RxD, rows_U, grad_UxD, count, *,
         return tuple(t.at[rows].set(u, mode='drop') for t, u in zip(state, (p, m, v))), None
     return jax.lax.scan(one, (table_RxD, mu_RxD, nu_RxD), (rows_UxC, grad_UxCxD))[0]
 
-# %% ../nbs/01_sgatlin.ipynb #203a3dd3
+# %% ../nbs/01_sgatlin.ipynb #81ae1e3e
+@partial(jax.custom_vjp, nondiff_argnums=(4,))
+def selected_subkey_scores(s_MxS, q_MxK, keys_RxK, rows_MxS, chunk):
+    "`s[m, j] = keys[rows[m, j]] · q[m]`, given already computed: differentiable in `q` and `keys` through the selected rows only."
+    return s_MxS
+
+def _selected_subkey_scores_fwd(s_MxS, q_MxK, keys_RxK, rows_MxS, chunk):
+    return s_MxS, (q_MxK, keys_RxK, rows_MxS)
+
+def _selected_subkey_scores_bwd(chunk, res, ds_MxS):
+    q_MxK, keys_RxK, rows_MxS = res
+    dq_MxK = gather_combine(keys_RxK, rows_MxS, ds_MxS.astype(q_MxK.dtype), chunk)
+    dkeys_RxK = scatter_outer(keys_RxK.shape[0], rows_MxS, ds_MxS, q_MxK, chunk, keys_RxK.dtype)
+    return None, dq_MxK, dkeys_RxK, None
+
+selected_subkey_scores.defvjp(_selected_subkey_scores_fwd, _selected_subkey_scores_bwd)
+
+# %% ../nbs/01_sgatlin.ipynb #f2d029a0
 def _init(scale_axes, dist='truncated_normal'):
     in_axis, out_axis, batch_axis = scale_axes
     return jax.nn.initializers.variance_scaling(1.0, 'fan_in', dist, in_axis=in_axis, out_axis=out_axis,
                                                 batch_axis=batch_axis)
+
+def _router_query(router, w_query, d_key, x32):
+    "The query of each token, `[..., K]`; for the PEER router one per half and channel, `[..., 2, C, K]`, scaled."
+    if router == 'product_dense':
+        return x32 @ w_query
+    return jnp.einsum('...d,dhck->...hck', x32, w_query) / math.sqrt(2 * d_key)
+
+def _router_scores(router, q, w_key):
+    "Sub-key scores of both halves from the query, `[..., 2, C, R]`."
+    if router == 'product_dense':
+        return jnp.einsum('...k,khcr->...hcr', q, w_key)
+    return jnp.einsum('...hck,khcr->...hcr', q, w_key)
 
 class SparselyGatedLinear(nnx.Module):
     "Sparsely gated linear neurons: `C` channels, each summing `k` of `d_ffw` rank-one neurons by raw score."
@@ -242,18 +271,28 @@ class SparselyGatedLinear(nnx.Module):
     def subkey_scores(self, x):
         "Sub-key scores of both halves, `[..., 2, C, sqrt(d_ffw)]`, in float32."
         self._check_input(x)
-        x32 = x.astype(jnp.float32)
-        if self.router == 'product_dense':
-            q_NxK = x32 @ self.w_query[...]
-            return jnp.einsum('...k,khcr->...hcr', q_NxK, self.w_key[...])
-        q_NxHxCxK = jnp.einsum('...d,dhck->...hck', x32, self.w_query[...])
-        return jnp.einsum('...hck,khcr->...hcr', q_NxHxCxK, self.w_key[...]) / math.sqrt(2 * self.d_key)
+        q = _router_query(self.router, self.w_query[...], self.d_key, x.astype(jnp.float32))
+        return _router_scores(self.router, q, self.w_key[...])
 
     def gate(self, x) -> Gates:
         "Choose `k` neurons per channel for every token of `x [..., d_model]`."
-        s = self.subkey_scores(x)
-        top = product_top_k(s[..., 0, :, :], s[..., 1, :, :], self.k)
-        return Gates(top.values, top.indices)
+        self._check_input(x)
+        C, R, k, K = self.n_channels, self.n_keys, self.k, self.d_key
+        q = _router_query(self.router, self.w_query[...], K, x.reshape(-1, self.d_model).astype(jnp.float32))
+        N = q.shape[0]
+        s_NxHxCxR = jax.lax.stop_gradient(_router_scores(self.router, q, self.w_key[...]))  # chooses; no gradient
+        top = product_top_k(s_NxHxCxR[:, 0], s_NxHxCxR[:, 1], k)
+        sub_NxHxCxS = jnp.stack([top.indices // R, top.indices % R], axis=1)
+        rows_NxHxCxS = sub_NxHxCxS + R * jnp.arange(2 * C, dtype=jnp.int32).reshape(2, C, 1)  # in keys [2·C·R, K]
+        s_NxHxCxS = jnp.take_along_axis(s_NxHxCxR.reshape(N, -1), rows_NxHxCxS.reshape(N, -1), axis=1)
+        M = N if self.router == 'product_dense' else N * 2 * C  # one query per token, or per token, half and channel
+        keys_RxK = self.w_key[...].transpose(1, 2, 3, 0).reshape(2 * C * R, K)
+        rows_MxS = rows_NxHxCxS.reshape(M, -1)
+        chunk = _chunk_size(M, rows_MxS.shape[1], K, 4, None)
+        sel_NxHxCxS = selected_subkey_scores(s_NxHxCxS.reshape(M, -1), q.reshape(M, K), keys_RxK, rows_MxS,
+                                             chunk).reshape(N, 2, C, k)
+        lead = x.shape[:-1]
+        return Gates((sel_NxHxCxS[:, 0] + sel_NxHxCxS[:, 1]).reshape(*lead, C, k), top.indices.reshape(*lead, C, k))
 
     def _rows(self, indices):
         "Row of each selected neuron in the tables stacked over channels, `[N, C·k]`."

@@ -10,7 +10,7 @@ __all__ = ['PRESETS', 'PAIRED', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimiz
            'init_state', 'state_shardings', 'make_train_step', 'make_eval_step', 'evaluate', 'checkpoint_manager',
            'restore_checkpoint', 'MetricsLog', 'read_metrics', 'sample_text', 'train', 'load_run', 'reference_run']
 
-# %% ../nbs/06_train.ipynb #80164415
+# %% ../nbs/06_train.ipynb #8510e369
 import dataclasses
 import json
 import math
@@ -33,7 +33,7 @@ from .data import (batch_at, eval_batches, load_tokenizer, read_texts, tokenize_
                              train_tokenizer, unigram_cross_entropy)
 from .model import ModelConfig, Transformer, generate
 
-# %% ../nbs/06_train.ipynb #3033a133
+# %% ../nbs/06_train.ipynb #9dc12c7d
 def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fraction: float = 0.2) -> Callable:
     "Warmup-stable-decay learning rate with a square-root decay over the last `decay_fraction` of `total_steps`."
     if total_steps < 1 or not 0 <= warmup_steps <= total_steps or not 0 <= decay_fraction <= 1:
@@ -47,7 +47,7 @@ def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fr
         return peak * warm * (1.0 - jnp.sqrt(frac))
     return schedule
 
-# %% ../nbs/06_train.ipynb #22cb55a4
+# %% ../nbs/06_train.ipynb #0429b113
 def decay_mask(params) -> Any:
     "True for parameters that get weight decay: those with at least two axes."
     return jax.tree.map(lambda p: jnp.ndim(p) >= 2, params)
@@ -58,7 +58,7 @@ def make_optimizer(schedule: Callable, weight_decay: float = 0.1, clip_norm: flo
     return optax.chain(optax.clip_by_global_norm(clip_norm),
                        optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask))
 
-# %% ../nbs/06_train.ipynb #570879cf
+# %% ../nbs/06_train.ipynb #4be924a3
 def token_losses(logits_BxTxV, targets_BxT):
     "Per-token cross-entropy in float32."
     return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV.astype(jnp.float32), targets_BxT)
@@ -68,7 +68,7 @@ def lm_loss(params, graphdef, tokens_BxT1):
     model = nnx.merge(graphdef, params)
     return token_losses(model(tokens_BxT1[:, :-1]), tokens_BxT1[:, 1:]).mean()
 
-# %% ../nbs/06_train.ipynb #e617a811
+# %% ../nbs/06_train.ipynb #e9745c95
 def init_distributed() -> bool:
     "Initialize multi-host JAX when running as one task of a multi-task Slurm job; True if it did."
     if int(os.environ.get('SLURM_NTASKS', '1')) > 1 and jax.process_count() == 1:
@@ -97,7 +97,7 @@ def shard_batch(batch_BxT: np.ndarray, mesh: Mesh) -> jax.Array:
     rows = batch_BxT.shape[0] // n_proc
     return jax.make_array_from_process_local_data(sharding, batch_BxT[i * rows:(i + 1) * rows], batch_BxT.shape)
 
-# %% ../nbs/06_train.ipynb #6bf6ee8e
+# %% ../nbs/06_train.ipynb #ca7da8eb
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     "Everything that defines a training run except its data."
@@ -131,7 +131,7 @@ class TrainConfig:
         m = dict(d['model']); m['ffw'] = FFWConfig(**m['ffw'])
         return cls(**{**d, 'model': ModelConfig(**m)})
 
-# %% ../nbs/06_train.ipynb #e0931ac9
+# %% ../nbs/06_train.ipynb #fcf48a15
 def _sgatlin_ffw(d_model, d_ffw, n_channels, k=8, d_key=128):
     return FFWConfig(kind='sgatlin', d_model=d_model, d_ffw=d_ffw, n_channels=n_channels, k=k, d_key=d_key)
 
@@ -148,8 +148,10 @@ PRESETS: dict[str, TrainConfig] = {
         batch_size=8, steps=30, lr=3e-3, warmup_steps=5, eval_every=10, eval_tokens=4096, ckpt_every=10,
         tokenizer='sgatlin'),
 }
+PRESETS['demo'] = dataclasses.replace(PRESETS['tinystories-cpu'], steps=300, warmup_steps=30, eval_every=100,
+                                      ckpt_every=50, keep_ckpts=2)
 
-# %% ../nbs/06_train.ipynb #569c137e
+# %% ../nbs/06_train.ipynb #2fe4abd9
 PAIRED = {'tinystories': ('tinystories-train', 'tinystories-valid')}  # name: (train corpus, validation corpus)
 
 class RunError(RuntimeError):
@@ -183,7 +185,7 @@ def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True):
                            f"{cfg.model.seq_len + 1}: use a larger corpus or a shorter seq_len")
     return tokenizer, train, valid
 
-# %% ../nbs/06_train.ipynb #919916d6
+# %% ../nbs/06_train.ipynb #849a7094
 def init_state(cfg: TrainConfig):
     "Fresh model graph, and a state dict `{step, params, opt_state}` plus the optimizer."
     model = Transformer(cfg.model, rngs=nnx.Rngs(cfg.seed))
@@ -231,7 +233,7 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     loss = total / max(count, 1.0)
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count)}
 
-# %% ../nbs/06_train.ipynb #1f40b092
+# %% ../nbs/06_train.ipynb #5f4027bb
 def checkpoint_manager(out: Path, keep: int) -> ocp.CheckpointManager:
     "Synchronous orbax manager for `out/checkpoints`, keeping the last `keep` steps."
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False, create=True)
@@ -268,7 +270,7 @@ def _check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool
         raise RunError(f"{out} is not empty and holds no sgatlin run: choose a new or empty --out")
     return False
 
-# %% ../nbs/06_train.ipynb #70af8bae
+# %% ../nbs/06_train.ipynb #d4b3d172
 class MetricsLog:
     "Append-only JSONL metrics, truncated to a step on resumption; optionally mirrored to W&B."
     def __init__(self, path: Path, resume_step: int | None = None, wandb_run=None):
@@ -296,7 +298,7 @@ def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n
     out = generate(model, jnp.asarray([ids], jnp.int32), n_new, temperature=temperature, rng=jax.random.key(seed))
     return tokenizer.decode(np.asarray(out[0]).tolist())
 
-# %% ../nbs/06_train.ipynb #7a356672
+# %% ../nbs/06_train.ipynb #422144f1
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
           mesh: Mesh | None = None, wandb_project: str | None = None) -> dict:
     "Train `cfg` on corpus `data` into run directory `out`; returns a summary of the run."
@@ -364,7 +366,7 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     summary.update({k: last[k] for k in ('step', 'loss', 'tokens_per_s') if k in last}, wall_s=time.perf_counter() - t0)
     return summary
 
-# %% ../nbs/06_train.ipynb #944ec89a
+# %% ../nbs/06_train.ipynb #24528547
 def load_run(out: str | Path, step: int | None = None):
     "The config, tokenizer, model graph and parameters of a run directory (latest checkpoint by default)."
     out = Path(out)
@@ -381,7 +383,7 @@ def load_run(out: str | Path, step: int | None = None):
     mgr.close()
     return cfg, load_tokenizer(out / 'tokenizer.json'), graphdef, state['params'], step
 
-# %% ../nbs/06_train.ipynb #409e6725
+# %% ../nbs/06_train.ipynb #e98ad8da
 def reference_run(preset: str = 'tinystories-cpu', data: str = 'tinystories', root: str | Path | None = None,
                   progress: bool = True) -> Path:
     "Directory of a finished run of `preset` on `data` in the cache folder; trains (or resumes) it on first use."

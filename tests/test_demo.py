@@ -1,0 +1,73 @@
+"`sgatlin demo` end to end, as a user runs it: killed during training, resumed, rerun (nothing redone), and bad input."
+import json
+import os
+import signal
+import subprocess
+import time
+
+from conftest import run_sgatlin, sgatlin_cmd
+
+STAGES = ['train', 'record', 'embedding', 'neighbours', 'patching', 'usage', 'report']
+TINY = ["--config", "test-tiny", "--n-stories", "12", "--quiet"]
+
+
+def _checkpoints(out):
+    d = out / "run" / "checkpoints"
+    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.exists() else []
+
+
+def test_demo_killed_resumed_and_rerun(tmp_path, data_dir):
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--steps", "400", *TINY]
+    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen(sgatlin_cmd() + args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not [s for s in _checkpoints(out) if s >= 30] and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "training finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = max(_checkpoints(out))
+    assert 30 <= killed_at < 400
+
+    res = run_sgatlin(args, data_dir)
+    assert res.returncode == 0, res.stderr[-2000:]
+    status = [l for l in res.stdout.splitlines() if l.startswith("[")]
+    assert len(status) == len(STAGES) and "resumed at step" in status[0], res.stdout
+    state = json.loads((out / "demo.json").read_text())
+    assert state["stages"]["train"]["start_step"] >= killed_at and state["stages"]["train"]["steps"] == 400
+    summary = json.loads((out / "summary.json").read_text())
+    assert [summary["stages"][s]["status"] for s in STAGES] == ["ran"] * len(STAGES)
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 5 and "6. Where the time went" in page
+    for key in ("eval_ppl", "unigram_ppl", "fraction_used", "gini", "nie_median_all"):
+        assert isinstance(summary["numbers"][key], float), key
+
+    # the third run redoes nothing
+    mtime = (out / "run" / "checkpoints" / "400").stat().st_mtime_ns
+    report = (out / "report.html").read_bytes()
+    res = run_sgatlin(args, data_dir)
+    assert res.returncode == 0, res.stderr[-2000:]
+    again = json.loads((out / "summary.json").read_text())
+    assert [again["stages"][s]["status"] for s in STAGES] == ["skipped"] * len(STAGES)
+    assert (out / "run" / "checkpoints" / "400").stat().st_mtime_ns == mtime
+    assert (out / "report.html").read_bytes() == report and again["numbers"] == summary["numbers"]
+
+
+def _one_line_error(res):
+    assert res.returncode == 2, (res.returncode, res.stdout[-1000:], res.stderr[-2000:])
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("sgatlin demo: error:"), res.stderr[-2000:]
+    return lines[0]
+
+
+def test_demo_bad_input(tmp_path, data_dir):
+    line = _one_line_error(run_sgatlin(["demo", "--out", str(tmp_path / "d"), "--data", str(tmp_path / "nope.txt"), *TINY], data_dir))
+    assert "cannot read the corpus" in line and not (tmp_path / "d").exists()
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("not a demo")
+    line = _one_line_error(run_sgatlin(["demo", "--out", str(tmp_path / "mine"), *TINY], data_dir))
+    assert "holds no sgatlin demo" in line and os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+    _one_line_error(run_sgatlin(["demo", "--out", str(tmp_path / "d"), "--config", "huge"], data_dir))
