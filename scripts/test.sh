@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install sgatlin_nb with its dev extra into a fresh virtual environment and run every test:
-# README/index agreement, nbdev hygiene, the notebooks (nbdev-test, CPU) and pytest.
+# README/index agreement, nbdev hygiene, the notebooks (nbdev-test, CPU) and pytest, which includes the
+# browser check of every documentation page (tests/test_docs.py; needs /usr/bin/chromium, see .ci/run).
 # Usage (from the repository root): bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,8 +35,11 @@ else
   echo "== (working tree has changes: skipping the nbdev hygiene check, which needs a clean tree)"
 fi
 
-echo "== nbdev-test (notebooks, CPU)"
-"$VENV/bin/nbdev-test" --n-workers 2 --timing
+echo "== nbdev-test (notebooks, CPU), on a copy of the repository that keeps the outputs for the docs check"
+EXECUTED=$(mktemp -d "${TMPDIR:-/tmp}/sgatlin_executed.XXXXXX")
+trap 'rm -rf "$EXECUTED"' EXIT
+bash scripts/execute_nbs.sh "$EXECUTED" --n-workers 2 --timing
+export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 
-echo "== pytest tests"
+echo "== pytest tests (pages and screenshots of the docs check: build/docs_screenshots/)"
 "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider

@@ -33,3 +33,32 @@ def test_quarto_symlink_is_relative():
     link = ROOT / "nbs" / "_quarto.yml"
     assert link.is_symlink() and not Path(link.readlink()).is_absolute()
     assert link.resolve() == (ROOT / "_quarto.yml").resolve()
+
+
+NOTEBOOKS = sorted((ROOT / "nbs").glob("*.ipynb"))
+
+
+def test_every_notebook_opens_with_a_title_and_a_one_line_summary():
+    "nbdev turns the first cell into the page's title and description: `# Title`, a blank line, `> summary`."
+    for nb in NOTEBOOKS:
+        first = json.loads(nb.read_text())["cells"][0]
+        src = "".join(first["source"])
+        assert first["cell_type"] == "markdown" and re.fullmatch(r"# [^\n]+\n\n> [^\n]+\n?", src), \
+            f"{nb.name} must open with a markdown cell '# Title\\n\\n> one-line summary', not {src[:120]!r}"
+
+
+# Sidebar sections of _quarto.yml by notebook number: 00-03, 04-09, 10-89, 90-99.
+SIDEBAR_SECTIONS = [("The layer", 0, 4), ("Training & scaling", 4, 10), ("Interpretability", 10, 90),
+                    ("Running at scale", 90, 100)]
+
+
+def test_sidebar_lists_every_notebook_once_in_order():
+    import yaml
+    contents = yaml.safe_load((ROOT / "_quarto.yml").read_text())["website"]["sidebar"]["contents"]
+    assert contents[0] == "index.ipynb", "index.ipynb (the landing page) comes first in the sidebar"
+    assert [s["section"] for s in contents[1:]] == [name for name, _, _ in SIDEBAR_SECTIONS]
+    for sec, (name, lo, hi) in zip(contents[1:], SIDEBAR_SECTIONS):
+        want = [p.name for p in NOTEBOOKS if p.name[:2].isdigit() and lo <= int(p.name[:2]) < hi]
+        assert sec["contents"] == want, f"sidebar section {name!r} lists {sec['contents']}, nbs/ has {want}"
+    listed = ["index.ipynb"] + [nb for sec in contents[1:] for nb in sec["contents"]]
+    assert sorted(listed) == sorted(p.name for p in NOTEBOOKS), "every notebook in nbs/ appears once in the sidebar"
