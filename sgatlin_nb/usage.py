@@ -225,7 +225,7 @@ def frequency_chart(indices: Sequence, d_ffw: int, valid=None) -> alt.Chart:
         label = f'layer {l}: Gini {gini(counts).mean():.2f}, {(rel == 0).mean():.0%} never fire'
         # Binned here rather than by Vega-Lite: the page then carries ~30 bars per layer, not one row per neuron.
         lr = np.log2(rel[rel > 0])
-        edges = np.arange(np.floor(lr.min() * 2) / 2, np.ceil(lr.max() * 2) / 2 + 0.5, 0.5) if lr.size else np.array([0.0, 0.5])
+        edges = np.arange(np.floor(2 * lr.min(initial=0)), np.ceil(2 * lr.max(initial=0)) + 2) / 2  # half-octave bins, 0 included
         hist, _ = np.histogram(lr, edges)
         frames.append(pd.DataFrame({'layer': label, 'from': edges[:-1], 'to': edges[1:], 'neurons': hist}))
     return alt.Chart(pd.concat(frames)).mark_bar(opacity=0.55).encode(
