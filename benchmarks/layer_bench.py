@@ -11,6 +11,9 @@ at each size:
   sgatlin       SparselyGatedLinear: chunked custom_vjp kernels, dense table gradients
   sgatlin-rows  the same layer with row-sparse table gradients (taps) and lazy AdamW on the tables
   swiglu, moe, peer   the baselines of sgatlin_nb.baselines
+  dense-floor   not a layer: sgatlin's gate forward+backward plus returning two fresh zero tables of the
+                table gradients' size, the least any forward+backward with this gate and dense table
+                gradients costs (naive/dense-floor bounds how much faster than naive such a layer can be)
 
 FLOPs are the package's own count of one forward pass (sgatlin_nb.complexity.ffw_cost, which the
 03_complexity notebook checks against XLA's count); time per FLOP relative to SwiGLU is the
@@ -44,7 +47,7 @@ SIZES = {  # d_model, d_ffw, n_channels, k, d_key of the sparse layers; tokens =
     'tinystories': dict(d_model=256, d_ffw=1024, n_channels=8, k=8, d_key=128),
     'large': dict(d_model=256, d_ffw=256 ** 2, n_channels=16, k=8, d_key=128),
 }
-VARIANTS = ('naive', 'sgatlin', 'sgatlin-rows', 'swiglu', 'moe', 'peer')
+VARIANTS = ('naive', 'sgatlin', 'sgatlin-rows', 'swiglu', 'moe', 'peer', 'dense-floor')
 TABLES = ('w_in', 'w_out')
 
 
@@ -52,7 +55,7 @@ def config(variant: str, size: str):
     "The FFWConfig of a variant at a size: SwiGLU 4·d_model wide, MoE as in the paper's ladder (16 experts of d_model, top 2)."
     from sgatlin_nb.baselines import FFWConfig
     s = SIZES[size]
-    if variant in ('naive', 'sgatlin', 'sgatlin-rows'): return FFWConfig('sgatlin', **s)
+    if variant in ('naive', 'sgatlin', 'sgatlin-rows', 'dense-floor'): return FFWConfig('sgatlin', **s)
     if variant == 'swiglu': return FFWConfig('swiglu', s['d_model'], 4 * s['d_model'])
     if variant == 'moe': return FFWConfig('moe', s['d_model'], s['d_model'])
     if variant == 'peer': return FFWConfig('peer', **s)
@@ -92,7 +95,8 @@ def build(variant: str, size: str, batch: int, seq_len: int, layers: dict):
     n_tokens = batch * seq_len
     rows_mode = variant == 'sgatlin-rows'
     is_table = lambda path, _: path[-1] in TABLES
-    graphdef, tables, rest = nnx.split(layers[cfg], is_table if rows_mode else nnx.Nothing, nnx.Param)
+    floor = variant == 'dense-floor'
+    graphdef, tables, rest = nnx.split(layers[cfg], is_table if rows_mode or floor else nnx.Nothing, nnx.Param)
 
     def output(m, x, taps=None):
         if variant == 'naive':
@@ -108,6 +112,10 @@ def build(variant: str, size: str, batch: int, seq_len: int, layers: dict):
 
     def fwd_bwd(rest, tables, x):
         "Gradients of 0.5·|y|² with respect to the parameters and the input (and the touched rows)."
+        if floor:  # the gate's gradients, and zeros where the tables' dense gradients would be
+            gate_loss = lambda rest, x: jnp.sum(nnx.merge(graphdef, tables, rest).gate(x).scores ** 2)
+            d_rest, dx = jax.grad(gate_loss, argnums=(0, 1))(rest, x)
+            return (d_rest, jax.tree.map(jnp.zeros_like, tables), dx), None
         def loss(rest, taps, x):
             y, g = output(nnx.merge(graphdef, tables, rest), x, taps)
             return 0.5 * jnp.sum(y.astype(jnp.float32) ** 2), g
@@ -144,7 +152,7 @@ def layer_worker(variant: str, size: str, batch: int, seq_len: int, reps: int, s
     run = lambda: jax.block_until_ready(fb(rest, tables, x))
     out = dict(variant=variant, size=size, fwd_bwd_alone_ms=best_ms(run, reps), temp_mib=temp / 2**20,
                gflop=ffw_cost(b['cfg']).flops * b['n_tokens'] / 1e9, rss_base_mib=base, rss_peak_mib=peak_rss_mib())
-    if not steps: return out
+    if not steps or variant == 'dense-floor': return out
 
     tx = optax.adamw(1e-3, b1=0.9, b2=0.95, weight_decay=0.1)
     if rows_mode:
@@ -260,10 +268,11 @@ def layer_table(size: str, rows: dict, batch: int, seq_len: int) -> str:
              f"{'alone':>8s} {'temp MiB':>9s} {'RSS MiB':>8s} {'(+run)':>7s} {'update':>8s} {'step':>8s}"]
     sw = rows.get('swiglu')
     for v, r in rows.items():
-        per = r['fwd_bwd_ms'] / r['gflop']
+        gflop = None if v == 'dense-floor' else r['gflop']  # a bound, not a layer: no FLOP count of its own
+        per = r['fwd_bwd_ms'] / gflop if gflop else None
         rel = (r['fwd_bwd_ms'] / sw['fwd_bwd_ms']) if sw else None
-        rel_flop = (per / (sw['fwd_bwd_ms'] / sw['gflop'])) if sw else None
-        lines.append(f"{v:13s} {r['fwd_bwd_ms']:8.1f} {fmt(rel, '8.2f')} {r['gflop']:6.2f} {per:9.1f} "
+        rel_flop = (per / (sw['fwd_bwd_ms'] / sw['gflop'])) if sw and per else None
+        lines.append(f"{v:13s} {r['fwd_bwd_ms']:8.1f} {fmt(rel, '8.2f')} {fmt(gflop, '6.2f')} {fmt(per, '9.1f')} "
                      f"{fmt(rel_flop, '8.2f')} {r['fwd_bwd_alone_ms']:8.1f} {r['temp_mib']:9.1f} "
                      f"{r['rss_peak_mib']:8.0f} {r['rss_peak_mib'] - r['rss_base_mib']:7.0f} "
                      f"{fmt(r.get('update_ms'), '8.1f')} {fmt(r.get('step_ms'), '8.1f')}")
@@ -279,6 +288,14 @@ def layer_table(size: str, rows: dict, batch: int, seq_len: int) -> str:
             if 'step_ms' in r and 'step_ms' in nv:
                 line += f"; train step {nv['step_ms'] / r['step_ms']:.2f}x faster"
             lines.append(line)
+    fl = rows.get('dense-floor')
+    if nv and fl:
+        bound = nv['fwd_bwd_ms'] / fl['fwd_bwd_ms']
+        line = (f"dense-floor ({fl['fwd_bwd_ms']:.1f} ms: the gate's fwd+bwd and two fresh zero tables): no layer with "
+                f"this gate that returns dense table gradients can be more than {bound:.2f}x faster than naive here")
+        if 'sgatlin' in rows:
+            line += f"; sgatlin's {nv['fwd_bwd_ms'] / rows['sgatlin']['fwd_bwd_ms']:.2f}x is {nv['fwd_bwd_ms'] / rows['sgatlin']['fwd_bwd_ms'] / bound:.0%} of that"
+        lines.append(line)
     return '\n'.join(lines)
 
 
