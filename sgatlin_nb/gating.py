@@ -16,24 +16,28 @@ import numpy as np
 
 
 # %% ../nbs/00_gating.ipynb #5a1e0c02
-SHORT_ROW = 32  # rows up to this length are ranked by counting (see above); longer ones use jax.lax.top_k
+SHORT_ROW = 32  # rows up to this length are ranked by counting (00_gating explains why); longer ones use jax.lax.top_k
 
 def _order_keys(x):
     "`int32` keys whose integer order is the total order of the float32 values of `x`."
     bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negative floats: flip the magnitude bits
 
-def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-    "Exactly `jax.lax.top_k(x, k)` (values, int32 positions; ties to the lower position), faster on short rows."
+def _top_k_by_counting(x, k):
+    "`jax.lax.top_k(x, k)` computed from each entry's place in the order: `n²` comparisons per row."
     n = x.shape[-1]
-    if n > SHORT_ROW:
-        return jax.lax.top_k(x, k)
     key, pos = _order_keys(x), jnp.arange(n, dtype=jnp.int32)
     before = ((key[..., None, :] > key[..., :, None])  # [..., n, n]: entry j comes before entry i
               | ((key[..., None, :] == key[..., :, None]) & (pos < pos[:, None])))
     place = before.sum(-1, dtype=jnp.int32)  # [..., n]: each entry's place in the descending order
     idx = jnp.where(place[..., None, :] == jnp.arange(k, dtype=jnp.int32)[:, None], pos, 0).sum(-1)
     return jnp.take_along_axis(x, idx, axis=-1), idx
+
+def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    "Exactly `jax.lax.top_k(x, k)` (values, int32 positions; ties to the lower position), faster on short rows."
+    if not 0 <= k <= x.shape[-1]:
+        raise ValueError(f"k must be in [0, {x.shape[-1]}] (the length of the last axis of x), got k={k}")
+    return jax.lax.top_k(x, k) if x.shape[-1] > SHORT_ROW else _top_k_by_counting(x, k)
 
 # %% ../nbs/00_gating.ipynb #26d413a4
 class TopK(NamedTuple):
