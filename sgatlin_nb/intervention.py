@@ -280,16 +280,16 @@ def nie_heatmap(table: pd.DataFrame, title: str = 'Normalized indirect effect of
                                     title=alt.TitleParams(title, subtitle=sub))
 
 # %% ../nbs/13_intervention.ipynb #abb60d9a
-def training_corpus(out: str | Path) -> str:
+def training_corpus(run: str | Path) -> str:
     "The corpus a run directory was trained on (its training half where the data has a separate validation set)."
-    meta = Path(out) / 'run.json'
+    meta = Path(run) / 'run.json'
     if not meta.exists():
-        raise RunError(f"{out} holds no sgatlin run (no run.json): train one with `sgatlin train --out {out}`")
+        raise RunError(f"{run} holds no sgatlin run (no run.json): train one with `sgatlin train --out {run}`")
     data = json.loads(meta.read_text())['data']
     return PAIRED.get(data, (data, None))[0]
 
-def patch_experiment(out: str | Path,                # run directory (from `sgatlin train`)
-                     results: str | Path | None = None,  # where to write the outputs (default: OUT/intervention)
+def patch_experiment(run: str | Path,                # run directory (from `sgatlin train`)
+                     out: str | Path | None = None,  # where to write the outputs (default: RUN/intervention)
                      *,
                      corpora: list[str] | None = None,   # texts to extract the pairs from (default: the run's training corpus)
                      min_count: int = 2,             # keep pairs seen at least this often
@@ -299,9 +299,9 @@ def patch_experiment(out: str | Path,                # run directory (from `sgat
                      step: int | None = None,        # checkpoint step (default: latest)
                      cells_per_step: int = 1) -> pd.DataFrame:  # masks vmapped per step of the grid
     "Knowledge pairs, gate patching over the layer × position grid, NIE table and heatmap for a run; returns the table."
-    cfg, tokenizer, graphdef, params, at = load_run(out, step)
-    results = Path(results) if results is not None else Path(out) / 'intervention'
-    texts = (t for c in (corpora or [training_corpus(out)]) for t in read_texts(c))  # streamed: corpora can be large
+    cfg, tokenizer, graphdef, params, at = load_run(run, step)
+    out = Path(out) if out is not None else Path(run) / 'intervention'
+    texts = (t for c in (corpora or [training_corpus(run)]) for t in read_texts(c))  # streamed: corpora can be large
     pairs = match_pairs(single_token_pairs(template_pairs(texts, parser), tokenizer), min_count)
     if len(pairs) < 2:
         raise RunError(f"found {len(pairs)} noun-adjective pair(s) seen at least {min_count} times with one-token words; "
@@ -312,17 +312,17 @@ def patch_experiment(out: str | Path,                # run directory (from `sgat
     cells = grid_cells(cfg.model.n_layers, tokens_NxT.shape[1])
     diffs = logit_diffs(model, tokens_NxT, targets_N, pairs_Px2, cells.mask, cells_per_step=cells_per_step)
     table = nie_table(diffs, cells, pairs_Px2, position_names(tokens_NxT, tokenizer), n_boot=n_boot, seed=seed)
-    results.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(pairs).to_csv(results / 'pairs.csv', index=False)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(pairs).to_csv(out / 'pairs.csv', index=False)
     nie_MxP = normalized_indirect_effect(diffs)
     per_pair = pd.DataFrame({'clean': [pairs[i].noun for i in pairs_Px2[:, 0]],
                              'patch': [pairs[j].noun for j in pairs_Px2[:, 1]],
                              'm_clean': diffs.clean, 'm_patch': diffs.patch, 'known': known_pairs(diffs)})
     for m, (l, t) in enumerate(zip(table.layer, table.position)):
         per_pair[f'nie[{l}|{t}]'] = nie_MxP[m]
-    per_pair.to_csv(results / 'per_pair.csv', index=False)
-    table.assign(step=at).to_csv(results / 'nie.csv', index=False)
-    chart = nie_heatmap(table, title=f'NIE of patching the gates: {Path(out).name}, step {at}')
-    chart.save(results / 'nie.png', scale_factor=2)
-    chart.save(results / 'nie.html')
+    per_pair.to_csv(out / 'per_pair.csv', index=False)
+    table.assign(step=at).to_csv(out / 'nie.csv', index=False)
+    chart = nie_heatmap(table, title=f'NIE of patching the gates: {Path(run).name}, step {at}')
+    chart.save(out / 'nie.png', scale_factor=2)
+    chart.save(out / 'nie.html')
     return table

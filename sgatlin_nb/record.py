@@ -256,10 +256,10 @@ def gating_vectors(
 
 # %% ../nbs/10_record.ipynb #4ed7a36b
 def _differences(actual, expected, prefix: str = '') -> list[str]:
-    "Dotted keys of `expected` whose values differ in `actual`."
+    "`key: database X, expected Y` for each dotted key of `expected` whose value differs in `actual`."
     if isinstance(expected, dict) and isinstance(actual, dict):
         return [d for k, v in expected.items() for d in _differences(actual.get(k), v, f'{prefix}{k}.')]
-    return [] if actual == expected else [prefix.rstrip('.')]
+    return [] if actual == expected else [f"{prefix.rstrip('.')}: database {actual!r}, expected {expected!r}"]
 
 class CircuitDB:
     "A circuit database directory: its manifest, documents, tokens and per-layer gates, read from Parquet."
@@ -280,7 +280,7 @@ class CircuitDB:
         diff = _differences(m, expect or {})
         if diff:
             raise ValueError(f"the circuit database at {self.path} was built by another model or from other data "
-                             f"(differs in: {', '.join(diff)}): rebuild it for this model")
+                             f"({'; '.join(diff)}): record it again from this model with `sgatlin record`")
         self.manifest = m
         r = m['recording']
         self.n_layers, self.n_channels, self.k, self.d_ffw = r['n_layers'], r['n_channels'], r['k'], r['d_ffw']

@@ -6,15 +6,22 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/train.html.md"""
 
 # %% auto #0
 __all__ = ['PRESETS', 'PAIRED', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'lm_loss',
-           'init_distributed', 'make_mesh', 'param_sharding', 'shard_batch', 'TrainConfig', 'RunError', 'prepare_data',
-           'init_state', 'state_shardings', 'make_train_step', 'make_eval_step', 'evaluate', 'checkpoint_manager',
-           'restore_checkpoint', 'MetricsLog', 'read_metrics', 'sample_text', 'train', 'load_run', 'reference_run']
+           'init_distributed', 'make_mesh', 'param_sharding', 'shard_batch', 'TrainConfig', 'RunError',
+           'config_differences', 'prepare_data', 'init_state', 'state_shardings', 'make_train_step', 'make_eval_step',
+           'evaluate', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums', 'checkpoint_damage',
+           'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'lock_run', 'MetricsLog', 'read_metrics',
+           'sample_text', 'train', 'load_run', 'reference_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import dataclasses
+import fcntl
+import hashlib
 import json
 import math
 import os
+import shutil
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -160,6 +167,12 @@ class RunError(RuntimeError):
 def _one_line(e: BaseException) -> str:
     return ' '.join(str(e).split())[:300]
 
+def config_differences(old: dict, new: dict, prefix: str = '') -> list[str]:
+    "`key (was X, now Y)` for every dotted key whose value differs between two nested dicts."
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new)) for d in config_differences(old.get(k), new.get(k), f'{prefix}{k}.')]
+    return [] if old == new else [f'{prefix.rstrip(".")} (was {old!r}, now {new!r})']
+
 def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True):
     "Tokenizer and packed train/held-out token files for `data` in the run directory `out` (reused if present)."
     train_src, valid_src = PAIRED.get(data, (data, None))
@@ -239,18 +252,80 @@ def checkpoint_manager(out: Path, keep: int) -> ocp.CheckpointManager:
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False, create=True)
     return ocp.CheckpointManager((out / 'checkpoints').absolute(), options=opts)
 
-def restore_checkpoint(mgr: ocp.CheckpointManager, state, shardings, step: int | None = None):
-    "Restore `step` (default: latest) onto the layout of `state`; a clear `RunError` if it cannot be read."
-    step = mgr.latest_step() if step is None else step
-    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+def checkpoint_steps(run: str | Path) -> list[int]:
+    "The steps of a run's finished checkpoints, oldest first (an interrupted save's temporary folder is not one)."
+    d = Path(run) / 'checkpoints'
+    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()) if d.is_dir() else []
+
+def _file_sums(folder: Path) -> dict[str, list]:
+    "`relative path: [size, sha256]` of every file under `folder`."
+    sums = {}
+    for p in sorted(folder.rglob('*')):
+        if p.is_file():
+            with open(p, 'rb') as f: sums[str(p.relative_to(folder))] = [p.stat().st_size, hashlib.file_digest(f, 'sha256').hexdigest()]
+    return sums
+
+def write_checksums(run: str | Path, step: int):
+    "Record size and SHA-256 of each file of checkpoint `step` in `checksums/<step>.json`; forget steps no longer kept."
+    d = Path(run) / 'checksums'
+    d.mkdir(exist_ok=True)
+    tmp = d / f'{step}.json.partial'
+    tmp.write_text(json.dumps(_file_sums(Path(run) / 'checkpoints' / str(step))))
+    os.replace(tmp, d / f'{step}.json')
+    kept = set(checkpoint_steps(run))
+    for p in d.glob('*.json'):
+        if p.stem.isdigit() and int(p.stem) not in kept: p.unlink()
+
+def checkpoint_damage(run: str | Path, step: int) -> str | None:
+    "What differs in checkpoint `step` from its recorded checksums; None if nothing does (or nothing was recorded)."
+    folder, record = Path(run) / 'checkpoints' / str(step), Path(run) / 'checksums' / f'{step}.json'
+    if not folder.is_dir(): return 'its folder is missing'
+    if not record.exists(): return None
+    have = _file_sums(folder)
+    for name, (size, digest) in json.loads(record.read_text()).items():
+        if name not in have: return f'{name} is missing'
+        if have[name][0] != size: return f'{name} has {have[name][0]:,} bytes, {size:,} when written'
+        if have[name][1] != digest: return f'{name} changed since it was written (SHA-256 differs)'
+    return None
+
+class DamagedCheckpoint(RunError):
+    "A checkpoint that fails its checksums or that orbax cannot read."
+    def __init__(self, run, step: int, why: str):
+        self.step, self.why = step, why
+        super().__init__(f"checkpoint step {step} of {run} is damaged: {why}")
+
+def restore_checkpoint(run: str | Path, mgr: ocp.CheckpointManager, state, shardings, step: int):
+    "Checkpoint `step` restored onto the layout of `state`; `DamagedCheckpoint` if it fails its checksums or cannot be read."
+    why = checkpoint_damage(run, step)
+    if why is None:
+        abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+        try: return mgr.restore(step, args=ocp.args.StandardRestore(abstract))
+        except Exception as e: why = f"orbax cannot read it ({type(e).__name__}: {_one_line(e)})"
+    raise DamagedCheckpoint(run, step, why)
+
+def set_aside(run: Path, step: int) -> Path:
+    "Move checkpoint `step` (and its checksums) to `damaged/step-<step>[-n]` in the run; returns where it went."
+    dest = run / 'damaged' / f'step-{step}'
+    n = 1
+    while dest.exists(): dest, n = run / 'damaged' / f'step-{step}-{n}', n + 1
+    dest.parent.mkdir(exist_ok=True)
+    shutil.move(str(run / 'checkpoints' / str(step)), str(dest))
+    if (run / 'checksums' / f'{step}.json').exists(): shutil.move(str(run / 'checksums' / f'{step}.json'), str(dest / 'checksums.json'))
+    return dest
+
+def lock_run(out: Path):
+    "Hold `out/.lock` for the life of the returned file: one `train` per run directory; `RunError` naming the holder otherwise."
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / '.lock', 'a+')
     try:
-        return mgr.restore(step, args=ocp.args.StandardRestore(abstract)), step
-    except Exception as e:
-        older = [s for s in mgr.all_steps() if s < step]
-        hint = (f"move {mgr.directory / str(step)} aside to resume from step {max(older)}" if older
-                else "start a new run in another --out")
-        raise RunError(f"checkpoint step {step} in {mgr.directory} cannot be read ({type(e).__name__}: {_one_line(e)}); "
-                       f"nothing was deleted: {hint}") from None
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0); holder = f.read().strip() or 'another process'
+        f.close()
+        raise RunError(f"{out} is in use by {holder}: wait for it to finish or choose another --out") from None
+    f.seek(0); f.truncate()
+    f.write(f"sgatlin train (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
+    return f
 
 def _check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool:
     "Whether `out` holds this run to resume; `RunError` if it holds something else."
@@ -261,12 +336,12 @@ def _check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool
         if not resume:
             raise RunError(f"{out} already holds a run (data {old.get('data')!r}); pass --resume to continue it "
                            f"or choose another --out")
-        diff = sorted(k for k in set(old['config']) | set(cfg.to_dict()) if old['config'].get(k) != cfg.to_dict().get(k))
-        if diff or old.get('data') != data:
-            raise RunError(f"{out} holds a different run (differs in: {', '.join(diff) or 'data'}); resume it with its "
-                           f"own settings or choose another --out")
+        diff = config_differences({'config': old.get('config'), 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
+        if diff:
+            raise RunError(f"{out} holds a different run, so it cannot be resumed with these settings (differs in: "
+                           f"{'; '.join(d.removeprefix('config.') for d in diff)}): resume it with its own settings or choose another --out")
         return True
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name not in ('.lock', 'tokenizer.json', 'data') for p in out.iterdir()):  # else: an unfinished start
         raise RunError(f"{out} is not empty and holds no sgatlin run: choose a new or empty --out")
     return False
 
@@ -306,6 +381,30 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0)))  # impossible shapes fail here, before any file is written
     if cfg.batch_size % cfg.grad_accum:
         raise RunError(f"batch_size={cfg.batch_size} must be a multiple of grad_accum={cfg.grad_accum}")
+    created = not out.exists()
+    lock = lock_run(out)
+    try:
+        return _train(cfg, data, out, resume, progress, mesh, wandb_project)
+    except BaseException:
+        if created and not (out / 'run.json').exists(): shutil.rmtree(out, ignore_errors=True)  # it never started: no trace
+        raise
+    finally:
+        lock.close()
+
+def _resume_state(out: Path, cfg: TrainConfig, state, shardings) -> tuple[Any, int, list[str]]:
+    "The newest good checkpoint restored onto `state` (or `state` at step 0); damaged newer ones are moved to `damaged/`."
+    notes = []
+    for step in reversed(checkpoint_steps(out)):
+        mgr = checkpoint_manager(out, cfg.keep_ckpts)
+        try:
+            return restore_checkpoint(out, mgr, state, shardings, step), step, notes
+        except DamagedCheckpoint as e:
+            notes.append(f"{e} (moved to {set_aside(out, step)})")
+        finally:
+            mgr.close()
+    return state, 0, notes
+
+def _train(cfg, data, out, resume, progress, mesh, wandb_project) -> dict:
     resuming = _check_run_dir(out, cfg, data, resume)
     tokenizer, train_tf, valid_tf = prepare_data(cfg, data, out, progress)
     if tokenizer.get_vocab_size() != cfg.model.vocab_size:
@@ -320,10 +419,10 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     graphdef, state, tx = init_state(cfg)
     shardings = state_shardings(state, mesh, cfg.fsdp)
     state = jax.device_put(state, shardings)
+    start, notes = 0, []
+    if resuming: state, start, notes = _resume_state(out, cfg, state, shardings)
+    for note in notes: print(f"resuming from step {start}: {note}", file=sys.stderr)
     mgr = checkpoint_manager(out, cfg.keep_ckpts)
-    start = 0
-    if resuming and mgr.latest_step() is not None:
-        state, start = restore_checkpoint(mgr, state, shardings)
     wandb_run = None
     if wandb_project:
         import wandb
@@ -334,6 +433,7 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     unigram = unigram_cross_entropy(train_tf, valid_tf)
     tokens_per_step = cfg.batch_size * cfg.model.seq_len
     summary = {'start_step': start, 'unigram_loss': unigram, 'unigram_ppl': math.exp(unigram)}
+    if notes: summary['damaged'] = notes
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress, desc='train', unit='step')
     t0, last = time.perf_counter(), {}
     for step in bar:
@@ -341,9 +441,10 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
         state, m = train_step(state, batch)
         loss = float(m['loss'])
         if not math.isfinite(loss):
-            good = mgr.latest_step()
-            raise RunError(f"loss became {loss} at step {step + 1}; stopped without saving. The last good checkpoint is "
-                           f"step {good} in {mgr.directory}: lower lr or raise warmup_steps, then resume or start anew")
+            good = checkpoint_steps(out)
+            raise RunError(f"loss became {loss} at step {step + 1}; stopped without saving. "
+                           + (f"The last good checkpoint is step {good[-1]} in {mgr.directory}" if good else "No checkpoint was written yet")
+                           + ": lower lr or raise warmup_steps, then resume or start anew")
         done = step + 1
         rate = tokens_per_step * (done - start) / (time.perf_counter() - t0)
         last = {'step': done, 'loss': loss, 'grad_norm': float(m['grad_norm']),
@@ -360,6 +461,8 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
             summary['sample'] = text
         if done % cfg.ckpt_every == 0 or done == cfg.steps:
             mgr.save(done, args=ocp.args.StandardSave(state))
+            mgr.wait_until_finished()
+            write_checksums(out, done)
     mgr.wait_until_finished()
     mgr.close()
     if wandb_run is not None: wandb_run.finish()
@@ -367,21 +470,37 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     return summary
 
 # %% ../nbs/06_train.ipynb #24528547
-def load_run(out: str | Path, step: int | None = None):
+def load_run(run: str | Path, step: int | None = None):
     "The config, tokenizer, model graph and parameters of a run directory (latest checkpoint by default)."
-    out = Path(out)
-    if not (out / 'run.json').exists():
-        raise RunError(f"{out} holds no sgatlin run (no run.json): train one with `sgatlin train --out {out}`")
-    meta = json.loads((out / 'run.json').read_text())
-    cfg = TrainConfig.from_dict(meta['config'])
+    run = Path(run)
+    if not (run / 'run.json').exists():
+        raise RunError(f"{run} {_what_is(run)}: name a directory made by `sgatlin train`")
+    cfg = TrainConfig.from_dict(json.loads((run / 'run.json').read_text())['config'])
+    steps = checkpoint_steps(run)
+    if not steps:
+        raise RunError(f"{run} has no checkpoint yet: train (or resume) it first")
+    if step is not None and step not in steps:
+        raise RunError(f"{run} has no checkpoint at step {step}; it has steps {', '.join(map(str, steps))}")
+    at = steps[-1] if step is None else step
     graphdef, state, _ = init_state(cfg)
-    mgr = checkpoint_manager(out, cfg.keep_ckpts)
-    if mgr.latest_step() is None:
-        raise RunError(f"{out} has no checkpoint yet: train (or resume) it first")
     shardings = state_shardings(state, make_mesh(jax.devices()[:1]), False)
-    state, step = restore_checkpoint(mgr, state, shardings, step)
-    mgr.close()
-    return cfg, load_tokenizer(out / 'tokenizer.json'), graphdef, state['params'], step
+    mgr = checkpoint_manager(run, cfg.keep_ckpts)
+    try:
+        state = restore_checkpoint(run, mgr, state, shardings, at)
+    except DamagedCheckpoint as e:
+        good = [s for s in steps if s < at and checkpoint_damage(run, s) is None]
+        raise RunError(f"{e}; nothing was changed: " + (f"pass --step {good[-1]} to use the previous good checkpoint"
+                       if good else "no older good checkpoint is left, so train the run again")) from None
+    finally:
+        mgr.close()
+    return cfg, load_tokenizer(run / 'tokenizer.json'), graphdef, state['params'], at
+
+def _what_is(path: Path) -> str:
+    "What `path` is, said for an error message about a missing run."
+    if not path.exists(): return "does not exist"
+    if (path / 'manifest.json').exists(): return "is a circuit database, not a training run (its manifest.json names the run it came from)"
+    if (path / 'run' / 'run.json').exists(): return f"is not a run itself, but holds one in {path / 'run'}"
+    return "holds no sgatlin run (no run.json)"
 
 # %% ../nbs/06_train.ipynb #e98ad8da
 def reference_run(preset: str = 'tinystories-cpu', data: str = 'tinystories', root: str | Path | None = None,

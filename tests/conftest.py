@@ -23,6 +23,19 @@ def sgatlin_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "import sys; from sgatlin_nb.cli import main; sys.exit(main())"]
 
 
-def run_sgatlin(args, data_dir, timeout=600, extra_env=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu", **(extra_env or {})}
-    return subprocess.run(sgatlin_cmd() + list(args), capture_output=True, text=True, timeout=timeout, env=env)
+def run_sgatlin(args, data_dir, timeout=600, extra_env=None, cwd=None) -> subprocess.CompletedProcess:
+    "`sgatlin ARGS` in a subprocess; `data_dir=None` runs it as in a new shell, without SGATLIN_DATA_DIR."
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(extra_env or {})}
+    if data_dir is None:
+        env.pop("SGATLIN_DATA_DIR", None)
+    else:
+        env["SGATLIN_DATA_DIR"] = str(data_dir)
+    return subprocess.run(sgatlin_cmd() + list(args), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def snapshot(folder) -> dict:
+    "SHA-256 of every file under `folder`, by relative path: to check that a refused command changed nothing."
+    import hashlib
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}

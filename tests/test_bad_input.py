@@ -1,41 +1,243 @@
-"Bad input ends with one line saying what to do, and never overwrites or deletes a good checkpoint."
+"""Bad input ends with one line saying what to do, exit status 2, no traceback, and nothing lost.
+
+Each case runs the command as a user would (a subprocess of the console script) and checks the line, the
+status, and that the files already there are unchanged (`snapshot`: SHA-256 of every file).
+"""
 import dataclasses
+import json
+import os
 import shutil
+import signal
+import subprocess
+import time
 from pathlib import Path
 
+import jax.numpy as jnp
 import pytest
 
-from conftest import run_sgatlin
-from sgatlin_nb.train import PRESETS, RunError, train
+import sgatlin_nb.train as train_mod
+from conftest import run_sgatlin, sgatlin_cmd, snapshot
+from sgatlin_nb.train import PRESETS, RunError, checkpoint_steps, train
+
+TOKENIZER = "sgatlin_tokenizer/tokenizer.json"
 
 
 def _fails(res, *needles):
+    "The command failed as it should: status 2, one line starting `sgatlin COMMAND: error:`, holding each needle."
     assert res.returncode == 2, (res.returncode, res.stdout[-1000:], res.stderr[-2000:])
     lines = [l for l in res.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("sgatlin "), res.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("sgatlin ") and ": error: " in lines[0], res.stderr[-2000:]
     for n in needles:
         assert n in lines[0], (n, lines[0])
     return lines[0]
 
 
 def _train(out, data_dir, *extra, data="tinystories"):
-    return run_sgatlin(["train", "--config", "test-tiny", "--data", data, "--out", str(out), "--quiet", *extra], data_dir)
+    return run_sgatlin(["train", "--config", "test-tiny", "--data", str(data), "--out", str(out), "--quiet", *extra], data_dir)
+
+
+@pytest.fixture(scope="module")
+def run20(tmp_path_factory, data_dir) -> Path:
+    "A finished 20-step test-tiny run (checkpoints 10 and 20); tests copy it before they damage anything."
+    out = tmp_path_factory.mktemp("good") / "run"
+    res = _train(out, data_dir, "--steps", "20")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert checkpoint_steps(out) == [10, 20]
+    return out
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "run"
+    shutil.copytree(run, dest)
+    return dest
+
+
+# ---- a run directory that is not a run ----
+
+def test_not_a_run(tmp_path, data_dir, run20):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "manifest.json").write_text('{"format": "sgatlin-circuits"}')
+    for cmd in ("eval", "sample", "usage", "patch", "record"):
+        _fails(run_sgatlin([cmd, "--run", str(tmp_path / "none")], data_dir), "does not exist")
+    _fails(run_sgatlin(["eval", "--run", str(tmp_path / "empty")], data_dir), "holds no sgatlin run")
+    _fails(run_sgatlin(["sample", "--run", str(tmp_path / "db")], data_dir), "is a circuit database, not a training run")
+    assert snapshot(tmp_path / "db") == {"manifest.json": snapshot(tmp_path / "db")["manifest.json"]}
+    # the spellings of earlier versions say what to type now, and do not run
+    _fails(run_sgatlin(["eval", "--out", str(run20)], data_dir), "--out is now --run")
+    _fails(run_sgatlin(["patch", "--results", str(tmp_path / "x")], data_dir), "--results is now --out")
+    _fails(run_sgatlin(["usage", "--report", str(tmp_path / "x")], data_dir), "--report is now --out")
+    _fails(run_sgatlin(["usage", "--out", str(run20)], data_dir), f"name the run with --run {run20}")
+    assert not (tmp_path / "x").exists()
+
+
+# ---- damaged checkpoints ----
+
+def _damage(ckpt: Path, how: str) -> str:
+    "Damage the largest file of a checkpoint folder; returns its relative path."
+    big = max((p for p in ckpt.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = big.read_bytes()
+    if how == "flip":
+        big.write_bytes(data[:100] + bytes([data[100] ^ 0x10]) + data[101:])
+    elif how == "truncate":
+        big.write_bytes(data[: len(data) // 2])
+    else:
+        big.unlink()
+    return str(big.relative_to(ckpt))
+
+
+@pytest.mark.parametrize("how, says", [("flip", "changed since it was written"), ("truncate", "bytes, "),
+                                      ("remove", "is missing")])
+def test_damaged_checkpoint(tmp_path, data_dir, run20, how, says):
+    run = _copy(run20, tmp_path)
+    name = _damage(run / "checkpoints" / "20", how)
+    before = snapshot(run)
+    for cmd in (["eval"], ["sample", "--n-tokens", "5"]):
+        _fails(run_sgatlin([*cmd, "--run", str(run)], data_dir), "checkpoint step 20", "is damaged", name, says,
+               "pass --step 10")
+    assert snapshot(run) == before, "a refused command changes nothing"
+    # asked for, the previous good checkpoint is used
+    res = run_sgatlin(["eval", "--run", str(run), "--step", "10"], None)
+    assert res.returncode == 0 and json.loads(res.stdout)["step"] == 10, res.stderr[-2000:]
+    # resuming goes back to the newest good checkpoint by itself, says so, and keeps the damaged one aside
+    res = _train(run, data_dir, "--steps", "20", "--resume")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '"start_step": 10' in res.stdout
+    assert "resuming from step 10: checkpoint step 20" in res.stderr and "damaged/step-20" in res.stderr
+    assert checkpoint_steps(run) == [10, 20] and (run / "damaged" / "step-20").is_dir()
+    assert run_sgatlin(["eval", "--run", str(run)], None).returncode == 0
+
+
+def test_partial_checkpoint_is_ignored(tmp_path, data_dir, run20):
+    run = _copy(run20, tmp_path)
+    partial = run / "checkpoints" / "30.orbax-checkpoint-tmp-1234"
+    partial.mkdir()
+    (partial / "d").write_bytes(b"half written")
+    res = _train(run, data_dir, "--steps", "20", "--resume")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '"start_step": 20' in res.stdout and partial.exists()
+
+
+# ---- resuming with other settings, another run in the folder ----
+
+def test_resume_with_other_settings_is_refused(tmp_path, data_dir, run20):
+    run = _copy(run20, tmp_path)
+    before = snapshot(run)
+    _fails(_train(run, data_dir, "--steps", "20"), "already holds a run", "--resume")
+    _fails(_train(run, data_dir, "--steps", "30", "--resume"), "differs in: steps (was 20, now 30)")
+    _fails(_train(run, data_dir, "--steps", "20", "--resume", "--tokenizer", "gpt2"),
+           "tokenizer (was 'sgatlin', now 'gpt2')")
+    _fails(_train(run, data_dir, "--steps", "20", "--resume", data="tinystories-valid"),
+           "data (was 'tinystories', now 'tinystories-valid')")
+    assert snapshot(run) == before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    _fails(_train(tmp_path / "other", data_dir), "not empty")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_resume_with_another_model_names_the_field(tmp_path, data_dir, run20, monkeypatch):
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    cfg = PRESETS["test-tiny"]
+    cfg = dataclasses.replace(cfg, steps=20, model=dataclasses.replace(cfg.model, n_layers=2))
+    with pytest.raises(RunError, match=r"differs in: model.n_layers \(was 1, now 2\)"):
+        train(cfg, "tinystories", _copy(run20, tmp_path), resume=True, progress=False)
+
+
+# ---- two trainings on one folder ----
+
+def test_second_train_on_the_same_folder_is_refused_and_a_killed_one_leaves_no_stale_lock(tmp_path, data_dir):
+    out = tmp_path / "run"
+    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu"}
+    args = ["train", "--config", "test-tiny", "--out", str(out), "--steps", "2000", "--quiet"]
+    first = subprocess.Popen(sgatlin_cmd() + args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (out / "metrics.jsonl").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert first.poll() is None, first.stderr.read()[-2000:]
+        _fails(run_sgatlin(args, data_dir), f"is in use by sgatlin train (pid {first.pid}")
+        _fails(run_sgatlin(args + ["--resume"], data_dir), "is in use by sgatlin train")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert (out / ".lock").exists()  # the file stays, but the lock died with its process
+    second = subprocess.Popen(sgatlin_cmd() + args + ["--resume"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while f"pid {second.pid} " not in (out / ".lock").read_text() and second.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert f"pid {second.pid} " in (out / ".lock").read_text(), second.stderr.read()[-2000:] if second.poll() else ""
+    finally:
+        second.send_signal(signal.SIGKILL)
+        second.wait()
+
+
+# ---- corpora and tokenizers ----
+
+@pytest.mark.parametrize("name, content, says", [
+    ("empty.txt", b"", "holds no documents"),
+    ("blank.txt", b"\n<|endoftext|>\n   \n", "holds no documents"),
+    ("bad.txt", b"Once upon a time\n\xff\xfe there was a dog.\n", "is not UTF-8: byte 0xff at byte offset 17"),
+    ("tokens.bin", bytes(range(1, 256)) * 40 + b"\0" * 10, "is binary, not text"),
+    ("one_line.txt", b"word " * (2 << 20), "line 1 is longer than 8 MiB"),
+])
+def test_bad_corpus(tmp_path, data_dir, name, content, says):
+    (tmp_path / name).write_bytes(content)
+    _fails(_train(tmp_path / "r", data_dir, data=tmp_path / name), name, says)
+    assert not (tmp_path / "r").exists(), "a run that never started leaves nothing behind"
 
 
 def test_missing_corpus(tmp_path, data_dir):
-    _fails(_train(tmp_path / "r", data_dir, data=str(tmp_path / "no_such_file.txt")), "no_such_file.txt")
-    assert not (tmp_path / "r" / "checkpoints").exists()
+    _fails(_train(tmp_path / "r", data_dir, data=tmp_path / "no_such_file.txt"), "no_such_file.txt")
+    assert not (tmp_path / "r").exists(), "a run that never started leaves nothing behind"
+    (tmp_path / "r").mkdir()  # a folder made by hand is kept
+    _fails(_train(tmp_path / "r", data_dir, data=tmp_path / "no_such_file.txt"), "no_such_file.txt")
+    assert (tmp_path / "r").is_dir()
 
 
-def test_empty_corpus(tmp_path, data_dir):
-    (tmp_path / "empty.txt").write_text("")
-    _fails(_train(tmp_path / "r", data_dir, data=str(tmp_path / "empty.txt")), "empty")
+def test_tokenizer_that_is_not_a_tokenizer(tmp_path, data_dir):
+    (tmp_path / "tok.json").write_text('{"vocab": [1, 2, 3]}')
+    _fails(_train(tmp_path / "r", data_dir, "--tokenizer", str(tmp_path / "tok.json")), "tok.json is not a tokenizer")
+    (tmp_path / "tok.bin").write_bytes(b"\x89PNG\r\n\x1a\n\0\0")
+    _fails(_train(tmp_path / "r2", data_dir, "--tokenizer", str(tmp_path / "tok.bin")), "is not a tokenizer")
 
 
-def test_non_utf8_corpus(tmp_path, data_dir):
-    (tmp_path / "bad.txt").write_bytes(b"Once upon a time\n\xff\xfe there was a dog.\n")
-    _fails(_train(tmp_path / "r", data_dir, data=str(tmp_path / "bad.txt")), "bad.txt", "UTF-8")
+def test_hub_unreachable(tmp_path, data_dir):
+    "A hub name without a network (HF_HUB_OFFLINE=1, no data folder): one line naming both ways out."
+    res = run_sgatlin(["train", "--config", "test-tiny", "--out", str(tmp_path / "r"), "--quiet",
+                       "--tokenizer", str(data_dir / TOKENIZER)], None, extra_env={"HF_HUB_OFFLINE": "1"})
+    _fails(res, "Hugging Face hub", "SGATLIN_DATA_DIR", "--data PATH")
 
+
+# ---- a loss that becomes NaN ----
+
+def test_nan_loss_from_an_absurd_learning_rate(tmp_path, data_dir):
+    _fails(_train(tmp_path / "r", data_dir, "--lr", "1e9"), "loss became nan at step", "lower lr")
+
+
+def test_nan_loss_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch):
+    "The loop itself: a loss forced to NaN at step 15 stops the run there and keeps checkpoint 10."
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    real = train_mod.make_train_step
+
+    def nan_from_15(*args, **kwargs):
+        step = real(*args, **kwargs)
+        def wrapped(state, batch):
+            new, m = step(state, batch)
+            return new, {**m, 'loss': jnp.where(new['step'] >= 15, jnp.nan, m['loss'])}
+        return wrapped
+
+    monkeypatch.setattr(train_mod, "make_train_step", nan_from_15)
+    with pytest.raises(RunError, match="loss became nan at step 15.*last good checkpoint is step 10"):
+        train(PRESETS["test-tiny"], "tinystories", tmp_path / "r", progress=False)
+    assert checkpoint_steps(tmp_path / "r") == [10]
+    logged = [json.loads(l)["step"] for l in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert max(logged) == 14
+
+
+# ---- impossible shapes ----
 
 @pytest.mark.parametrize("change, needle", [
     (lambda m: dict(d_model=96, ffw=dataclasses.replace(m.ffw, d_model=96)), "multiple of head_dim"),
@@ -51,47 +253,22 @@ def test_impossible_shapes(tmp_path, change, needle):
     assert not (tmp_path / "r").exists(), "nothing is written for an impossible config"
 
 
-def test_out_dir_holding_another_run_and_corrupt_checkpoint(tmp_path, data_dir):
-    out = tmp_path / "r"
-    assert _train(out, data_dir, "--steps", "20").returncode == 0
-    ckpts = out / "checkpoints"
-    assert sorted(p.name for p in ckpts.iterdir() if p.name.isdigit()) == ["10", "20"]
+# ---- circuit databases of another model or an older schema ----
 
-    _fails(_train(out, data_dir, "--steps", "20"), "already holds a run", "--resume")
-    _fails(_train(out, data_dir, "--steps", "30", "--resume"), "differs in: steps")
-    (tmp_path / "other").mkdir(); (tmp_path / "other" / "notes.txt").write_text("mine")
-    _fails(_train(tmp_path / "other", data_dir), "not empty")
-    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
-
-    # corrupt the newest checkpoint: every array file overwritten with garbage
-    before = sorted(str(p.relative_to(out)) for p in ckpts.rglob("*"))
-    for f in (ckpts / "20").rglob("*"):
-        if f.is_file() and f.name not in ("_CHECKPOINT_METADATA", "commit_success.txt"):
-            f.write_bytes(b"garbage")
-    line = _fails(_train(out, data_dir, "--steps", "20", "--resume"), "checkpoint step 20", "cannot be read",
-                  "resume from step 10")
-    assert "nothing was deleted" in line
-    assert sorted(str(p.relative_to(out)) for p in ckpts.rglob("*")) == before, "no checkpoint file may be deleted"
-
-    # following the advice works: move step 20 aside, resume from 10 and finish
-    shutil.move(str(ckpts / "20"), str(tmp_path / "step20-corrupt"))
-    res = _train(out, data_dir, "--steps", "20", "--resume")
+def test_circuit_database_of_another_model_or_schema(tmp_path, data_dir, run20):
+    db = tmp_path / "db"
+    res = run_sgatlin(["record", "--run", str(run20), "--out", str(db), "--n-docs", "12", "--quiet"], data_dir)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert '"start_step": 10' in res.stdout
-
-
-def test_partial_checkpoint_is_ignored(tmp_path, data_dir):
-    out = tmp_path / "r"
-    assert _train(out, data_dir, "--steps", "10").returncode == 0
-    partial = out / "checkpoints" / "20.orbax-checkpoint-tmp-1234"
-    partial.mkdir()
-    (partial / "d").write_bytes(b"half written")
-    res = _train(out, data_dir, "--steps", "10", "--resume")
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert '"start_step": 10' in res.stdout
-    assert partial.exists()
-
-
-def test_eval_and_sample_need_a_run(tmp_path, data_dir):
-    _fails(run_sgatlin(["eval", "--out", str(tmp_path / "none")], data_dir), "holds no sgatlin run")
-    _fails(run_sgatlin(["sample", "--out", str(tmp_path / "none")], data_dir), "holds no sgatlin run")
+    other = tmp_path / "other"
+    assert _train(other, data_dir, "--steps", "5").returncode == 0
+    manifest = json.loads((db / "manifest.json").read_text())
+    before = snapshot(db)
+    line = _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(other), "--db", str(db), "--out",
+                               str(tmp_path / "nb"), "--layer", "0", "--quiet"], data_dir), "model.params: database")
+    assert manifest["model"]["params"] in line, "the database's fingerprint is shown"
+    assert line.count("'") >= 4, "and the run's next to it"
+    (db / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 0}))
+    _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(run20), "--db", str(db), "--out", str(tmp_path / "nb"),
+                        "--layer", "0", "--quiet"], data_dir), "schema version 0", "reads version 1")
+    (db / "manifest.json").write_text(json.dumps(manifest))
+    assert snapshot(db) == before and not (tmp_path / "nb").exists()
