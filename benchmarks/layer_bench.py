@@ -21,7 +21,8 @@ isoflop view. A train step is forward+backward (one jitted call) then the optimi
 second jitted call, parameters and moments donated): AdamW for every variant, except that
 sgatlin-rows updates only the touched rows of its tables (`lazy_adamw_rows`).
 
-The sweep grows d_ffw from 32² to 256² at fixed C and k, and times the parts apart: the gate
+The 'large' size is beyond the paper: 256² neurons per channel, 16 channels (1M table rows), against 112²
+per channel at the ladder's largest rung (200,704 rows). The sweep grows d_ffw from 32² to 256² at fixed C and k, and times the parts apart: the gate
 (forward+backward), the neurons with dense and with row-sparse table gradients, returning two
 fresh zero tables (the least any dense table gradient costs), AdamW on both tables, and lazy
 AdamW on their touched rows.
@@ -45,8 +46,8 @@ import time
 
 SIZES = {  # d_model, d_ffw, n_channels, k, d_key of the sparse layers; tokens = batch x seq_len
     'tinystories': dict(d_model=256, d_ffw=1024, n_channels=8, k=8, d_key=128),
-    'large': dict(d_model=256, d_ffw=256 ** 2, n_channels=16, k=8, d_key=128),
-}
+    'large': dict(d_model=256, d_ffw=256 ** 2, n_channels=16, k=8, d_key=128),  # beyond the paper: 5x the table rows of
+}   # its largest sgatlin layer (ladder rung 8: d_model 1024, d_ffw 112^2, C 16); 'tinystories' is the paper's TinyStories layer
 VARIANTS = ('naive', 'sgatlin', 'sgatlin-rows', 'swiglu', 'moe', 'peer', 'dense-floor')
 TABLES = ('w_in', 'w_out')
 

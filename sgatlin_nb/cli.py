@@ -63,7 +63,8 @@ def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
         raise RunError(f"{run} lacks its token files ({', '.join(str(f) for f in files.values())}): resume its training "
                        f"once (`sgatlin train --out {run} --resume` with its settings) to write them again")
     train_tf, valid_tf = TokenFile(files['train']), TokenFile(files['valid'])
-    res = evaluate(make_eval_step(graphdef), params, valid_tf, cfg.batch_size, cfg.model.seq_len, tokens or cfg.eval_tokens)
+    res = evaluate(make_eval_step(graphdef), params, valid_tf, cfg.batch_size, cfg.model.seq_len, tokens or cfg.eval_tokens,
+                   cfg.eval_batching)
     uni = unigram_cross_entropy(train_tf, valid_tf)
     res = {'step': at, **res, 'unigram_loss': uni, 'unigram_ppl': math.exp(uni)}
     print(json.dumps(res, indent=1))

@@ -51,7 +51,7 @@ def moe_cost(cfg: FFWConfig) -> FFWCost:
     "Cost of GPT-OSS's mixture of SwiGLU experts (ideal: no padding rows)."
     _expect(cfg, 'moe')
     D, F, E, S = cfg.d_model, cfg.d_ffw, cfg.n_experts, cfg.top_k
-    router, expert = D * E + E, 3 * D * F + 2 * F + D
+    router, expert = D * E + (E if cfg.router_bias else 0), 3 * D * F + 2 * F + D
     return FFWCost(params=router + E * expert, active_params=router + S * expert,
                    flops=2 * D * E + S * 2 * 3 * D * F + 2 * S * D,
                    activations=E + 2 * S + S * (3 * F + D))

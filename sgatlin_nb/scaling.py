@@ -6,9 +6,9 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/scaling.html.md"""
 
 # %% auto #0
 __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDER', 'PAPER_RECIPE', 'CPU_RECIPE',
-           'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point',
-           'Protocol', 'corpus_tokenizer', 'run_point', 'read_results', 'run_sweep', 'results_frame', 'best_points',
-           'isoflop_chart', 'sparsity_chart']
+           'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan',
+           'Point', 'Protocol', 'paper_protocol', 'paper_points', 'corpus_tokenizer', 'run_point', 'read_results',
+           'run_sweep', 'results_frame', 'best_points', 'isoflop_chart', 'sparsity_chart']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -47,6 +47,9 @@ class Ladder:
     k: int = 8                                  # neurons selected per head or channel
     d_key: int = 128                            # gating bottleneck of PEER and sgatlin
     head_dim: int = 64                          # attention head size
+    swiglu_variant: str = 'standard'            # SwiGLU form; the paper grids use the authors' 'gpt_oss'
+    moe_softmax_over: str = 'top_k'             # MoE expert weights; the authors' code: 'all'
+    moe_router_bias: bool = True                # MoE router bias; the authors' code has none
 
     def shape(self, scale: int, kind: str) -> tuple[int, int, int]:
         "`(d_model, n_layers, d_ffw)` at `scale` for the feedforward `kind`, as in the paper's listing."
@@ -64,16 +67,18 @@ class Ladder:
         "The feedforward layer at `scale`; `options` are sgatlin's ablation switches (`activation`, `router`)."
         d_model, _, d_ffw = self.shape(scale, kind)
         gated = dict(n_channels=self.n_channels, k=self.k, d_key=self.d_key) if kind in ('peer', 'sgatlin') else {}
-        return FFWConfig(kind, d_model, d_ffw, **gated, **options)
+        extra = ({'swiglu_variant': self.swiglu_variant} if kind == 'swiglu' else
+                 {'softmax_over': self.moe_softmax_over, 'router_bias': self.moe_router_bias} if kind == 'moe' else {})
+        return FFWConfig(kind, d_model, d_ffw, **gated, **extra, **options)
 
     def model(self, scale: int, kind: str, *, vocab_size: int, seq_len: int, dtype: str = 'float32',
-              remat: bool = False, **options) -> ModelConfig:
+              remat: bool = False, qk_norm: bool = False, **options) -> ModelConfig:
         "The whole transformer at `scale` with `kind` feedforward layers."
         d_model, n_layers, _ = self.shape(scale, kind)
         return ModelConfig(vocab_size, d_model, n_layers, seq_len, self.ffw(scale, kind, **options),
-                           head_dim=self.head_dim, dtype=dtype, remat=remat)
+                           head_dim=self.head_dim, qk_norm=qk_norm, dtype=dtype, remat=remat)
 
-PAPER_LADDER = Ladder()
+PAPER_LADDER = Ladder(swiglu_variant='gpt_oss', moe_softmax_over='all', moe_router_bias=False)  # the authors' baselines
 GPT2_VOCAB, PAPER_SEQ = 50257, 2048   # the paper's vocabulary (GPT-2 tokenizer) and context
 CPU_LADDER = Ladder(width=64, depth=1, dense_multiple=128, peer_root=(16, 12), sgatlin_root=(8, 6),
                     n_channels=8, k=4, d_key=64)
@@ -154,7 +159,8 @@ class Protocol:
         "The `TrainConfig` of `point`: the ladder's model, trained for as many steps as its budget pays for."
         r = self.recipe
         m = self.ladder.model(point.scale, point.variant, vocab_size=r.model.vocab_size, seq_len=r.model.seq_len,
-                              dtype=r.model.dtype, remat=r.model.remat, activation=point.activation, router=point.router)
+                              dtype=r.model.dtype, remat=r.model.remat, qk_norm=r.model.qk_norm,
+                              activation=point.activation, router=point.router)
         steps = budget_steps(point.budget, self.flops_per_token(m), r.batch_size, m.seq_len)
         if steps < 1:
             raise ValueError(f"budget={point.budget:g} FLOPs pays for less than one step of {point.variant} at scale "
@@ -170,15 +176,36 @@ class Protocol:
 
 # %% ../nbs/07_scaling.ipynb #98482524
 PAPER_RECIPE = TrainConfig(
-    ModelConfig(GPT2_VOCAB, 128, 2, PAPER_SEQ, FFWConfig('mlp', 128, 256), dtype='bfloat16', remat=True),
+    ModelConfig(GPT2_VOCAB, 128, 2, PAPER_SEQ, FFWConfig('mlp', 128, 256), qk_norm=True, dtype='bfloat16', remat=True),
     batch_size=128, steps=1, lr=1e-3, weight_decay=0.1, warmup_steps=1000, decay_fraction=0.2, clip_norm=1.0,
-    eval_every=2000, eval_tokens=2 ** 22, ckpt_every=1000, keep_ckpts=2, tokenizer='gpt2')
+    eval_every=2000, eval_tokens=2 ** 22, ckpt_every=1000, keep_ckpts=2, tokenizer='gpt2',
+    b2=0.999, heldout='slimpajama-test', eval_batching='document')  # the authors' optimizer and held-out data
 CPU_RECIPE = TrainConfig(
     ModelConfig(2048, 64, 1, 128, FFWConfig('mlp', 64, 128)),
     batch_size=8, steps=1, lr=1e-2, weight_decay=0.1, warmup_steps=0, decay_fraction=0.2, clip_norm=1.0,
     eval_every=10 ** 6, eval_tokens=32_768, ckpt_every=10 ** 6, keep_ckpts=1, tokenizer='train')  # evaluate once, at the end
 PAPER_PROTOCOL = Protocol(PAPER_LADDER, PAPER_RECIPE, accounting='paper')
 CPU_PROTOCOL = Protocol(CPU_LADDER, CPU_RECIPE, accounting='full', warmup_fraction=0.1)
+
+PAPER_GRID = {  # budget: (batch size, sequence length, scales of each variant), from the authors' sweeps/isoflop/*.yaml
+    1e17: (64, 1024, dict.fromkeys(LADDER_KINDS, (2, 3, 4, 5, 6))),
+    6e17: (64, 1024, dict.fromkeys(LADDER_KINDS, (3, 4, 5, 6, 7))),
+    1e18: (128, 2048, {'mlp': (4, 5, 6, 7), 'swiglu': (4, 5, 6, 7), 'moe': (4, 5, 6, 7),
+                       'peer': (3, 4, 5, 6, 7), 'sgatlin': (3, 4, 5, 6, 7)}),
+    6e18: (128, 2048, dict.fromkeys(LADDER_KINDS, (5, 6, 7, 8))),
+}
+
+def paper_protocol(budget: float) -> Protocol:
+    "The protocol of one of the paper's budgets: `PAPER_RECIPE` at that budget's batch size and sequence length."
+    if budget not in PAPER_GRID: raise ValueError(f"budget must be one of the paper's {list(PAPER_GRID)}, got {budget!r}")
+    batch, seq, _ = PAPER_GRID[budget]
+    recipe = dataclasses.replace(PAPER_RECIPE, batch_size=batch, model=dataclasses.replace(PAPER_RECIPE.model, seq_len=seq))
+    return Protocol(PAPER_LADDER, recipe, accounting='paper')
+
+def paper_points(budget: float, corpus: str, variants=LADDER_KINDS, scales=None) -> list[Point]:
+    "The points of the authors' sweep at `budget` (optionally only `variants` and `scales`)."
+    _, _, grid = PAPER_GRID[budget]
+    return [Point(corpus, budget, v, s) for v in variants for s in grid[v] if scales is None or s in scales]
 
 # %% ../nbs/07_scaling.ipynb #169a5203
 def corpus_tokenizer(corpus: str, vocab_size: int, folder: str | Path) -> Path:
