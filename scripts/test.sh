@@ -65,5 +65,5 @@ trap 'rm -rf "$EXECUTED"' EXIT
 bash scripts/execute_nbs.sh "$EXECUTED" --n-workers 2 --timing
 export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 
-echo "== pytest tests (pages and screenshots of the docs check: build/docs_screenshots/)"
+echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
 "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider
