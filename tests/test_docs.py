@@ -192,9 +192,14 @@ def site_layout(nb):
     return nb
 
 
-# nbconvert's lab page, with no script from a CDN: MathJax comes from the package, and require.js, mermaid and the
-# widget manager (which no page uses) are left out.
+# nbconvert's lab page, with no script from a CDN: MathJax comes from the package (which ships the STIX-Web fonts
+# only, so MathJax is told to use them), and require.js, mermaid and the widget manager (which no page uses) are left out.
 PAGE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{% block html_head_js_mathjax %}{{ super() }}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});
+</script>
+{% endblock %}
 {% block html_head_js_requirejs %}{% endblock %}
 {% block html_head_js_mermaidjs %}{% endblock %}
 {% block jupyter_widgets %}{% endblock %}
