@@ -278,7 +278,7 @@ def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     heading = title.replace("`", "")  # the h1 shows inline code without its backticks
     assert rep["title"] == title and heading in rep["h1"], f"{name}: page did not load as expected: {rep['title']!r}, {rep['h1']}"
     assert not rep["traceback"], f"{name}: the page shows a traceback"
-    assert not rep["errors"], f"{name}: uncaught JavaScript errors: {rep['errors']}"
+    assert rep["errors"] == [], f"{name}: uncaught JavaScript errors (None: the error hook did not run): {rep['errors']}"
     assert not rep["raw_directives"], f"{name}: directive lines left on the page: {rep['raw_directives'][:5]}"
     assert not rep["raw_math"], f"{name}: untypeset math on the page: {rep['raw_math'][:3]}"
     has_math = any(re.search(r"\$\$|\$[^$\s][^$\n]*\$", c.source) for c in page_nb.cells if c.cell_type == "markdown")
