@@ -1,10 +1,34 @@
 #!/usr/bin/env bash
 # Install sgatlin_nb with its dev extra into a fresh virtual environment and run every test:
 # README/index agreement, nbdev hygiene, the notebooks (nbdev-test, CPU) and pytest, which includes the
-# browser check of every documentation page (tests/test_docs.py; needs /usr/bin/chromium, see .ci/run).
+# browser check of every documentation page (tests/test_docs.py: headless Chromium driven by Selenium
+# through chromedriver). Chromium and chromium-driver come from Debian's packages, installed here when
+# missing (apt-get, through sudo unless run as root); SGATLIN_CHROMIUM / SGATLIN_CHROMEDRIVER point
+# elsewhere. This is the whole test command: CI (.ci/run) runs exactly this.
 # Usage (from the repository root): bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+export SGATLIN_CHROMIUM=${SGATLIN_CHROMIUM:-/usr/bin/chromium}
+export SGATLIN_CHROMEDRIVER=${SGATLIN_CHROMEDRIVER:-/usr/bin/chromedriver}
+if [ ! -x "$SGATLIN_CHROMIUM" ] || [ ! -x "$SGATLIN_CHROMEDRIVER" ]; then
+  echo "== installing chromium and chromium-driver (Debian packages) for the docs check"
+  fail() { echo "FAIL: cannot install Chromium for the docs check: $1"; exit 1; }
+  command -v apt-get >/dev/null || fail "apt-get not found; install chromium and chromium-driver yourself, or set SGATLIN_CHROMIUM and SGATLIN_CHROMEDRIVER"
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || fail "not root and sudo not found; run as root or install chromium and chromium-driver"
+    SUDO=(sudo); [ -t 0 ] || SUDO=(sudo -n)  # no terminal (CI): fail instead of waiting for a password
+  fi
+  APT_LOG=$(mktemp "${TMPDIR:-/tmp}/sgatlin_apt.XXXXXX")
+  if ! { "${SUDO[@]}" apt-get update && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+           apt-get install -y --no-install-recommends chromium chromium-driver; } >"$APT_LOG" 2>&1; then
+    tail -n 5 "$APT_LOG"
+    fail "apt-get install chromium chromium-driver failed (log: $APT_LOG)"
+  fi
+  rm -f "$APT_LOG"
+  [ -x "$SGATLIN_CHROMIUM" ] && [ -x "$SGATLIN_CHROMEDRIVER" ] || fail "installed, but $SGATLIN_CHROMIUM or $SGATLIN_CHROMEDRIVER is still missing"
+fi
 VENV=${SGATLIN_VENV:-.venv}
 PY=${PYTHON:-python3}
 
@@ -41,5 +65,5 @@ trap 'rm -rf "$EXECUTED"' EXIT
 bash scripts/execute_nbs.sh "$EXECUTED" --n-workers 2 --timing
 export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 
-echo "== pytest tests (pages and screenshots of the docs check: build/docs_screenshots/)"
+echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
 "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider

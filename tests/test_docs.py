@@ -1,41 +1,50 @@
-"""Every documentation page, checked in a browser.
+"""Every documentation page, checked in a browser as the site shows it.
 
-Quarto is not installable here, so each notebook, executed as the docs build executes it (outputs kept,
-charts drawn by the offline renderer of scripts/docs_ipython), is rendered to HTML with nbconvert and
-loaded in headless Chromium with the network cut off. A page passes when it loaded (its title is the
-notebook's `# Title`), no output is an error or a traceback, every chart of the notebook drew marks
-(and no vega error text), and neither the page nor any chart is blank in the screenshot. Screenshots
-and pages are kept in build/docs_screenshots/ for people to look at.
+Quarto is not installable here, so the pages are built by the same first step as `nbdev-docs`, and an
+approximation of the last one: each notebook, executed as the docs build executes it (outputs kept, charts
+drawn by the offline renderer of scripts/docs_ipython), goes through nbdev's own notebook processing
+(`nbdev.serve.proc_nbs`, what `nbdev-proc-nbs` runs before Quarto: nbdev directives removed, `#| hide` and
+exported cells left out, `show_doc` rendered), then Quarto's share is done here (title block from the front
+matter, the cell options `echo`/`output`/`include` applied) and nbconvert renders the page, its math typeset by
+a local copy of MathJax (the `jupyter-server-mathjax` package). Selenium drives headless Chromium through
+Debian's chromedriver with the network cut off. A page passes when it loaded (its title is the notebook's
+`# Title`), no output is an error or a traceback, no raw `$$` or `#|` text is left in its prose or code, every
+formula was typeset, every chart of the notebook drew marks (and no vega error text), and neither the page nor
+any chart is blank in the screenshot. Pages and screenshots are kept in build/docs_screenshots/.
 
 Executed notebooks come from $SGATLIN_EXECUTED_NBS (scripts/test.sh sets it to the copy its
 nbdev-test step ran in); otherwise this session executes them itself with scripts/execute_nbs.sh.
 """
 import base64
-import fcntl
 import io
-import json
 import os
 import re
-import select
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import jupyter_server_mathjax
 import nbformat
 import numpy as np
 import pytest
+import yaml
+from jinja2 import DictLoader
 from nbconvert import HTMLExporter
+from nbconvert.preprocessors import TagRemovePreprocessor
 from nbdev.config import get_config
 from nbdev.test import nb_test_cells
 from PIL import Image
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (ROOT / "nbs").glob("*.ipynb"))
 SHOTS = ROOT / "build" / "docs_screenshots"
 CHROMIUM = os.environ.get("SGATLIN_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("SGATLIN_CHROMEDRIVER", "/usr/bin/chromedriver")
 WIDTH = 1280
+# MathJax 2 as nbconvert's template configures it, loaded from the package instead of a CDN.
+MATHJAX_URL = (Path(jupyter_server_mathjax.__file__).parent / "static" / "MathJax.js").as_uri() + "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 
 
 @pytest.fixture(scope="session")
@@ -53,95 +62,75 @@ def executed_nbs(tmp_path_factory) -> Path:
     return dest / "nbs"
 
 
-class Chromium:
-    "Headless Chromium driven through the DevTools protocol over --remote-debugging-pipe (no extra packages)."
+@pytest.fixture(scope="session")
+def processed_nbs(executed_nbs, request) -> Path:
+    """The executed notebooks after nbdev's docs processing, in `_proc/` of their repository copy.
 
-    def __init__(self, profile_dir: Path):
-        to_chrome, self._w = os.pipe()
-        self._r, from_chrome = os.pipe()
-
-        def _fds():  # Chromium reads commands on fd 3 and writes replies on fd 4
-            a, b = fcntl.fcntl(to_chrome, fcntl.F_DUPFD, 10), fcntl.fcntl(from_chrome, fcntl.F_DUPFD, 10)
-            os.dup2(a, 3), os.dup2(b, 4)
-
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--host-resolver-rules=MAP * ~NOTFOUND",  # offline, like CI: a page that needs a CDN fails here
-             "--hide-scrollbars", f"--user-data-dir={profile_dir}", "--remote-debugging-pipe", "about:blank"],
-            preexec_fn=_fds, pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.close(to_chrome), os.close(from_chrome)
-        self._id, self._buf, self.events, self.session = 0, b"", [], None
-        page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime"):
-            self.call(f"{domain}.enable")
-        self.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=900, deviceScaleFactor=1, mobile=False)
-
-    def _message(self, deadline: float) -> dict:
-        while b"\0" not in self._buf:
-            if not select.select([self._r], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                raise TimeoutError("Chromium did not answer in time")
-            chunk = os.read(self._r, 1 << 20)
-            if not chunk:
-                raise RuntimeError("Chromium closed the DevTools pipe")
-            self._buf += chunk
-        msg, self._buf = self._buf.split(b"\0", 1)
-        return json.loads(msg)
-
-    def call(self, method: str, timeout: float = 120, **params) -> dict:
-        self._id += 1
-        msg = {"id": self._id, "method": method, "params": params}
-        if self.session:
-            msg["sessionId"] = self.session
-        os.write(self._w, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self._message(deadline)
-            if m.get("id") == self._id:
-                if "error" in m:
-                    raise RuntimeError(f"{method}: {m['error']}")
-                return m["result"]
-            self.events.append(m)
-
-    def wait_for(self, event: str, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            for m in self.events:
-                if m.get("method") == event:
-                    return m
-            self.events.append(self._message(deadline))
-
-    def close(self):
-        os.close(self._w)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._r)
+    Only the notebooks whose pages this pytest session checks are processed (all of them for the full suite)."""
+    repo = executed_nbs.parent
+    assert (repo / "pyproject.toml").exists(), f"{executed_nbs} is not the nbs/ of a repository copy (scripts/execute_nbs.sh makes one)"
+    items = request.session.items
+    names = {it.callspec.params["name"] for it in items if "name" in getattr(getattr(it, "callspec", None), "params", {})}
+    if any(it.originalname == "test_processing_documents_every_export" for it in items):
+        names = set(NOTEBOOKS)
+    env = {**os.environ, "IPYTHONDIR": str(repo / "scripts" / "docs_ipython"), "JAX_PLATFORMS": "cpu"}
+    file_re = "^(" + "|".join(re.escape(n) for n in sorted(names)) + ")$"
+    code = "import sys; from nbdev.serve import proc_nbs; proc_nbs(n_workers=2, file_re=sys.argv[1])"
+    res = subprocess.run([sys.executable, "-c", code, file_re], cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
+    # A notebook that fails here fails its own page's test (its _proc copy is missing), not every page.
+    (repo / "proc_nbs.log").write_text(f"exit code {res.returncode}\n{res.stdout}\n{res.stderr}")
+    return repo / "_proc"
 
 
 @pytest.fixture(scope="session")
 def browser(tmp_path_factory):
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does) or set SGATLIN_CHROMIUM")
-    b = Chromium(tmp_path_factory.mktemp("chromium_profile"))
-    yield b
-    b.close()
+    for exe, pkg, var in ((CHROMIUM, "chromium", "SGATLIN_CHROMIUM"), (CHROMEDRIVER, "chromium-driver", "SGATLIN_CHROMEDRIVER")):
+        if not os.access(exe, os.X_OK):
+            pytest.fail(f"no {pkg} at {exe}: apt-get install {pkg} (scripts/test.sh does) or set {var}")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                "--host-resolver-rules=MAP * ~NOTFOUND",  # offline, like CI: a page that needs a CDN fails here
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium_profile')}"):
+        opts.add_argument(arg)
+    # An explicit driver path: Selenium Manager stays out of it and downloads nothing.
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    driver.set_script_timeout(120)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": WIDTH, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    # Uncaught errors of the page's own scripts, recorded from the first script on.
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.__pageErrors = [];
+        addEventListener('error', e => __pageErrors.push(String(e.error?.stack ?? e.message)));
+        addEventListener('unhandledrejection', e => __pageErrors.push(String(e.reason?.stack ?? e.reason)));"""})
+    yield driver
+    driver.quit()
 
 
-# Waits (up to 60 s) until every chart container holds a drawing or an error, then reports on the page.
-PAGE_REPORT_JS = """(async () => {
+# Waits (up to 60 s) until every chart container holds a drawing or an error and MathJax is done, then reports.
+PAGE_REPORT_JS = """return (async () => {
   const charts = () => [...document.querySelectorAll('.altair-offline')];
   const settled = el => el.querySelector('svg, canvas, .error');
   const t0 = Date.now();
   while (charts().some(el => !settled(el)) && Date.now() - t0 < 60000) await new Promise(r => setTimeout(r, 100));
+  if (window.MathJax?.Hub) await new Promise(r => MathJax.Hub.Queue(r));
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const textOf = (el, skip) => {  // visible text of el without its `skip` descendants
+    const c = el.cloneNode(true);
+    c.querySelectorAll(skip).forEach(n => n.remove());
+    return c.textContent;
+  };
+  const prose = [...document.querySelectorAll('.jp-RenderedMarkdown')].map(el => textOf(el, 'code, pre, script, style'));
+  const code = [...document.querySelectorAll('.jp-InputArea pre, .jp-RenderedMarkdown pre')].map(el => el.textContent);
   return {
     title: document.title,
     h1: [...document.querySelectorAll('h1')].map(h => h.textContent.replace('¶', '').trim()),
     traceback: document.body.innerText.includes('Traceback (most recent call last)'),
+    raw_math: prose.filter(t => t.includes('$$')).map(t => t.slice(Math.max(0, t.indexOf('$$') - 60), t.indexOf('$$') + 60)),
+    raw_directives: [...prose, ...code].flatMap(t => t.split('\\n')).filter(l => /(^|\\s)#\\|/.test(l)),
+    math: document.querySelectorAll('script[type^="math/tex"]').length,
+    math_errors: document.querySelectorAll('.MathJax_Error, .merror, [class*="merror"]').length,
+    errors: window.__pageErrors,
     height: Math.ceil(document.documentElement.scrollHeight),
     charts: charts().map(el => {
       const r = el.getBoundingClientRect();
@@ -169,8 +158,89 @@ def _inked(img: Image.Image) -> float:
     return float((np.asarray(img.convert("L")) < 245).mean())
 
 
+_CELL_OPTION = re.compile(r"^#\|\s*([\w-]+)\s*:\s*(.*?)\s*$")
+_PANDOC_ATTRS = re.compile(r"(\]\([^)]*\))\{[^}]*\}")  # [text](url){target="_blank" ...}: Quarto reads the braces
+
+
+def site_layout(nb):
+    "What Quarto does with a processed notebook, as far as the page check needs: title block, cell options."
+    cells = []
+    for c in nb.cells:
+        src = c.get("source")
+        if not src:  # nbdev removed it (hidden, exported) or it is empty
+            continue
+        if c.cell_type == "raw" and src.startswith("---"):  # front matter: Quarto's title block
+            fm = yaml.safe_load(src.strip().strip("-"))
+            c = nbformat.v4.new_markdown_cell(f"# {fm['title']}" + (f"\n\n{fm['description']}" if fm.get("description") else ""))
+        elif c.cell_type == "code":
+            lines, opts = src.splitlines(), {}
+            while lines and (m := _CELL_OPTION.match(lines[0])):
+                opts[m[1]] = m[2].strip("\"'")
+                lines.pop(0)
+            if opts.get("include") == "false":
+                continue
+            c.source = "\n".join(lines)
+            if opts.get("echo") == "false" or not c.source.strip():
+                c.metadata["tags"] = [*c.metadata.get("tags", []), "remove_input"]
+            if opts.get("output") == "false":
+                c.outputs = []
+            for o in c.outputs:
+                if "text/markdown" in o.get("data", {}):
+                    o.data["text/markdown"] = _PANDOC_ATTRS.sub(r"\1", o.data["text/markdown"])
+        cells.append(c)
+    nb.cells = cells
+    return nb
+
+
+# nbconvert's lab page, with no script from a CDN: MathJax comes from the package (which ships the STIX-Web fonts
+# only, so MathJax is told to use them), and require.js, mermaid and the widget manager (which no page uses) are left out.
+PAGE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{% block html_head_js_mathjax %}{{ super() }}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({"HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null}});
+</script>
+{% endblock %}
+{% block html_head_js_requirejs %}{% endblock %}
+{% block html_head_js_mermaidjs %}{% endblock %}
+{% block jupyter_widgets %}{% endblock %}
+"""
+
+
+def render_page(nb, title: str) -> str:
+    "The page's HTML: nbconvert's lab template, offline, with local MathJax."
+    exporter = HTMLExporter(template_name="lab", template_file="site_page.html.j2", mathjax_url=MATHJAX_URL,
+                            extra_loaders=[DictLoader({"site_page.html.j2": PAGE_TEMPLATE})])
+    exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}), enabled=True)
+    html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    return html
+
+
+def test_site_layout_and_render_page():
+    "The Quarto share of the build, on a small processed notebook: the title block, hidden input, options gone, math local."
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_raw_cell('---\ntitle: A page\ndescription: "What it is"\noutput-file: a.html\n---\n'),
+        nbformat.v4.new_markdown_cell("Math: $$y = x^2$$"),
+        nbformat.v4.new_code_cell("#| echo: false\n#| output: asis\nshow_doc(f)", outputs=[nbformat.v4.new_output(
+            "execute_result", {"text/markdown": '[source](https://x.org/f.py){target="_blank"}\n\n### f', "text/plain": "f"})]),
+        nbformat.v4.new_code_cell("#| include: false\nsecret = 1"),
+        nbformat.v4.new_code_cell("#| output: false\nx = 2\nx", outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "2"})]),
+        nbformat.v4.new_code_cell("#| code-fold: show\ny = 3"),
+    ])
+    nb.cells.insert(1, nbformat.v4.new_code_cell())  # a cell nbdev emptied
+    laid = site_layout(nb)
+    assert [c.cell_type for c in laid.cells] == ["markdown", "markdown", "code", "code", "code"]
+    assert laid.cells[0].source == "# A page\n\nWhat it is"
+    assert laid.cells[2].metadata["tags"] == ["remove_input"] and "{target" not in laid.cells[2].outputs[0].data["text/markdown"]
+    assert laid.cells[3].source == "x = 2\nx" and laid.cells[3].outputs == []
+    assert laid.cells[4].source == "y = 3"
+    html = render_page(laid, "A page")
+    assert "show_doc(f)" not in html and "secret" not in html and "#|" not in html and "{target" not in html
+    assert MATHJAX_URL in html and not re.findall(r'<script[^>]*src="https?:', html), "the page loads a script from the network"
+    assert Path(MATHJAX_URL.split("?")[0].removeprefix("file://")).is_file()
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_page_renders_in_a_browser(name, executed_nbs, browser):
+def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     src_nb = nbformat.read(ROOT / "nbs" / name, as_version=4)
     path = executed_nbs / name
     assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
@@ -181,8 +251,6 @@ def test_page_renders_in_a_browser(name, executed_nbs, browser):
     should_run = {c.id for c in nb_test_cells(ROOT / "nbs" / name, get_config().tst_flags.split())}
     assert ran == should_run, (f"{path} was not executed (or not to the end): {len(ran)} of {len(should_run)} cells ran; "
                                f"see the log of nbdev-test --save ({executed_nbs.parent / 'execute_nbs.log'} when pytest ran it)")
-    for c in nb.cells:  # execnb's timing metadata is not valid nbformat (floats): not part of the page anyway
-        c.metadata.pop("execution", None)
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     errors = [o for o in outputs if o.output_type == "error"]
@@ -191,33 +259,38 @@ def test_page_renders_in_a_browser(name, executed_nbs, browser):
     cdn_charts = [o for o in outputs if any(k.startswith("application/vnd.vegalite") for k in o.get("data", {}))
                   or "cdn.jsdelivr.net/npm/vega" in _text(o)]
     assert not cdn_charts, f"{name}: charts were rendered without the offline renderer (IPYTHONDIR=scripts/docs_ipython)"
-    n_charts = sum(_text(o).count('class="altair-offline"') for o in outputs)
 
     title = _title(src_nb)
     assert title, f"{name} does not start with a '# Title' markdown cell"
-    html, _ = HTMLExporter(template_name="lab").from_notebook_node(nb, resources={"metadata": {"name": title}})
+    proc_path = processed_nbs / name
+    assert proc_path.exists(), f"{proc_path} is missing: nbdev's processing failed:\n{_proc_log(processed_nbs)}"
+    proc = nbformat.read(proc_path, as_version=4)
+    for c in proc.cells:  # execnb's timing metadata is not valid nbformat (floats): not part of the page anyway
+        c.metadata.pop("execution", None)
+    page_nb = site_layout(proc)
+    n_charts = sum(_text(o).count('class="altair-offline"') for c in page_nb.cells if c.cell_type == "code" for o in c.outputs)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = SHOTS / f"{Path(name).stem}.html"
-    page.write_text(html, encoding="utf-8")
+    page.write_text(render_page(page_nb, title), encoding="utf-8")
 
-    browser.events.clear()
-    browser.call("Page.navigate", url=page.as_uri())
-    browser.wait_for("Page.loadEventFired")
-    rep = browser.call("Runtime.evaluate", expression=PAGE_REPORT_JS, awaitPromise=True, returnByValue=True)
-    assert "exceptionDetails" not in rep, f"{name}: the page check failed: {rep['exceptionDetails']}"
-    rep = rep["result"]["value"]
+    browser.get(page.as_uri())
+    rep = browser.execute_script(PAGE_REPORT_JS)
     heading = title.replace("`", "")  # the h1 shows inline code without its backticks
     assert rep["title"] == title and heading in rep["h1"], f"{name}: page did not load as expected: {rep['title']!r}, {rep['h1']}"
     assert not rep["traceback"], f"{name}: the page shows a traceback"
-    thrown = [e["params"]["exceptionDetails"] for e in browser.events if e.get("method") == "Runtime.exceptionThrown"]
-    assert not thrown, f"{name}: uncaught JavaScript errors: {[d.get('exception', {}).get('description', d['text']) for d in thrown]}"
+    assert rep["errors"] == [], f"{name}: uncaught JavaScript errors (None: the error hook did not run): {rep['errors']}"
+    assert not rep["raw_directives"], f"{name}: directive lines left on the page: {rep['raw_directives'][:5]}"
+    assert not rep["raw_math"], f"{name}: untypeset math on the page: {rep['raw_math'][:3]}"
+    has_math = any(re.search(r"\$\$|\$[^$\s][^$\n]*\$", c.source) for c in page_nb.cells if c.cell_type == "markdown")
+    assert rep["math"] > 0 or not has_math, f"{name}: its prose has math but MathJax typeset none"
+    assert rep["math_errors"] == 0, f"{name}: MathJax could not typeset {rep['math_errors']} formulas"
     assert len(rep["charts"]) == n_charts, f"{name}: {n_charts} chart outputs but {len(rep['charts'])} charts on the page"
     for ch in rep["charts"]:
         assert ch["error"] is None, f"{name}: chart {ch['id']} failed: {ch['error']}"
         assert ch["marks"] > 0 and ch["w"] > 50 and ch["h"] > 50, f"{name}: chart {ch['id']} drew nothing: {ch}"
 
-    shot = browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                        clip={"x": 0, "y": 0, "width": WIDTH, "height": rep["height"], "scale": 1})
+    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                   "clip": {"x": 0, "y": 0, "width": WIDTH, "height": rep["height"], "scale": 1}})
     png = base64.b64decode(shot["data"])
     (SHOTS / f"{Path(name).stem}.png").write_bytes(png)
     img = Image.open(io.BytesIO(png))
@@ -227,21 +300,16 @@ def test_page_renders_in_a_browser(name, executed_nbs, browser):
         assert _inked(img.crop(box)) > 0.005, f"{name}: chart {ch['id']} is blank in the screenshot"
 
 
-def test_nbdev_proc_nbs_documents_every_notebook(executed_nbs, tmp_path):
-    "The first half of nbdev-docs (what runs before Quarto) succeeds on the executed notebooks, as scripts/docs.sh runs it."
-    repo = executed_nbs.parent
-    assert (repo / "pyproject.toml").exists(), f"{executed_nbs} is not the nbs/ of a repository copy (scripts/execute_nbs.sh makes one)"
-    env = {**os.environ, "IPYTHONDIR": str(repo / "scripts" / "docs_ipython"), "JAX_PLATFORMS": "cpu"}
-    if not shutil.which("quarto"):  # nbdev would try to install Quarto with sudo; processing never calls it
-        (tmp_path / "quarto").write_text('#!/bin/sh\necho "quarto is not installed here" >&2\nexit 1\n')
-        (tmp_path / "quarto").chmod(0o755)
-        env["PATH"] = f"{tmp_path}{os.pathsep}{env['PATH']}"
-    nbdev_proc_nbs = Path(sys.executable).parent / "nbdev-proc-nbs"
-    res = subprocess.run([str(nbdev_proc_nbs), "--n-workers", "2"], cwd=repo, env=env, capture_output=True, text=True, timeout=1800)
-    assert res.returncode == 0, f"nbdev-proc-nbs failed:\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}"
+def _proc_log(processed_nbs: Path) -> str:
+    return (processed_nbs.parent / "proc_nbs.log").read_text()[-5000:]
+
+
+def test_processing_documents_every_export(processed_nbs):
+    "nbdev's processing (what nbdev-docs runs before Quarto) succeeds and gives every notebook that exports code its API entries."
+    assert _proc_log(processed_nbs).startswith("exit code 0\n"), f"nbdev's notebook processing failed:\n{_proc_log(processed_nbs)}"
     for name in NOTEBOOKS:
-        proc = nbformat.read(repo / "_proc" / name, as_version=4)
+        proc = nbformat.read(processed_nbs / name, as_version=4)
         src = nbformat.read(ROOT / "nbs" / name, as_version=4)
         if any(re.match(r"#\|\s*export", c.source) for c in src.cells if c.cell_type == "code"):
-            docs = [c for c in proc.cells if c.cell_type == "code" and "show_doc(" in c.source and c.get("outputs")]
+            docs = [c for c in proc.cells if c.cell_type == "code" and "show_doc(" in (c.get("source") or "") and c.get("outputs")]
             assert docs, f"_proc/{name}: no show_doc output for its exported symbols"
