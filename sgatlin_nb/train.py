@@ -373,7 +373,9 @@ def _check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool
         if not resume:
             raise RunError(f"{out} already holds a run (data {old.get('data')!r}); pass --resume to continue it "
                            f"or choose another --out")
-        diff = config_differences({'config': old.get('config'), 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
+        try: was = TrainConfig.from_dict(old['config']).to_dict()  # fields added since the run was made take their defaults
+        except (KeyError, TypeError) as e: raise RunError(f"{meta} holds no readable config ({e}): choose another --out") from None
+        diff = config_differences({'config': was, 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
         if diff:
             raise RunError(f"{out} holds a different run, so it cannot be resumed with these settings (differs in: "
                            f"{'; '.join(d.removeprefix('config.') for d in diff)}): resume it with its own settings or choose another --out")
