@@ -410,7 +410,8 @@ def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n
     ids = tokenizer.encode(prompt).ids[-(model.cfg.seq_len - 1):]  # keep room for at least one new token
     n_new = min(n_new, model.cfg.seq_len - len(ids))
     out = generate(model, jnp.asarray([ids], jnp.int32), n_new, temperature=temperature, rng=jax.random.key(seed))
-    return tokenizer.decode(np.asarray(out[0]).tolist())
+    text = tokenizer.decode(np.asarray(out[0]).tolist())
+    return text[1:] if text.startswith(' ') and not prompt.startswith(' ') else text  # the space a prefix-space tokenizer adds
 
 # %% ../nbs/06_train.ipynb #422144f1
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
