@@ -9,7 +9,7 @@ __all__ = ['H100_BYTES', 'H100_BF16_FLOPS', 'SUBMIT_LINE', 'abstract_state', 'fs
            'argument_specs', 'state_bytes', 'activation_bytes', 'gathered_bytes', 'paper_presets', 'preset_row',
            'gpu_table', 'table_markdown', 'min_grad_accum', 'equal_flops_swiglu', 'time_train_step']
 
-# %% ../nbs/92_gpu.ipynb #28969384
+# %% ../nbs/92_gpu.ipynb #1f795253
 import dataclasses
 import math
 import re
@@ -26,11 +26,11 @@ from .complexity import ffw_cost, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
 from .train import PRESETS, TrainConfig, init_state, make_mesh, make_train_step, shard_batch, state_shardings
 
-# %% ../nbs/92_gpu.ipynb #c0cb38e1
+# %% ../nbs/92_gpu.ipynb #127700d6
 H100_BYTES = 80 * 10 ** 9        # HBM of one H100 SXM (80 GB)
 H100_BF16_FLOPS = 989 * 10 ** 12  # its dense bfloat16 tensor-core peak, FLOP/s
 
-# %% ../nbs/92_gpu.ipynb #0e62b0e5
+# %% ../nbs/92_gpu.ipynb #c72fdd32
 def abstract_state(cfg: TrainConfig):
     "The model graph, the training state as `ShapeDtypeStruct`s (nothing allocated) and the optimizer of `cfg`."
     made = {}
@@ -40,7 +40,7 @@ def abstract_state(cfg: TrainConfig):
     state = jax.eval_shape(build)
     return made['graphdef'], state, made['tx']
 
-# %% ../nbs/92_gpu.ipynb #79e3323c
+# %% ../nbs/92_gpu.ipynb #8a461548
 def fsdp_mesh(n_devices: int = 8) -> AbstractMesh:
     "A one-axis (`data`) mesh of `n_devices` that exist only as a shape."
     return AbstractMesh((n_devices,), ('data',))
@@ -64,7 +64,7 @@ def export_train_step(cfg: TrainConfig, mesh: Mesh | AbstractMesh | None = None,
     step, args = train_step_args(cfg, mesh if mesh is not None else fsdp_mesh())
     return jax.export.export(step, platforms=platforms)(*args)
 
-# %% ../nbs/92_gpu.ipynb #cc1647f8
+# %% ../nbs/92_gpu.ipynb #889b144e
 def argument_specs(exported: jax.export.Exported) -> list[str]:
     "The sharding of each argument of the exported program's entry function, as its mesh-axis list (e.g. `[{\"data\"}, {}]`)."
     text = exported.mlir_module()
@@ -72,7 +72,7 @@ def argument_specs(exported: jax.export.Exported) -> list[str]:
     main = main[:main.index(') -> (')]  # the arguments, not the results
     return re.findall(r'sdy\.sharding<@mesh, (\[[^\]]*\])>', main)
 
-# %% ../nbs/92_gpu.ipynb #2beca4df
+# %% ../nbs/92_gpu.ipynb #e168a644
 def state_bytes(state, shardings) -> dict:
     "Bytes per device of the parameters and of the optimizer state (and step counter) of a sharded training state."
     def per_device(tree, shard):
@@ -100,7 +100,7 @@ def gathered_bytes(cfg: TrainConfig) -> int:
              - m.vocab_size * m.d_model - m.d_model)
     return block * (jnp.dtype(m.dtype).itemsize + 4)
 
-# %% ../nbs/92_gpu.ipynb #b85ff8b7
+# %% ../nbs/92_gpu.ipynb #d5ee999e
 def paper_presets(kinds=LADDER_KINDS, scales=range(2, 9), budget: float = 6e18) -> list[tuple[str, TrainConfig]]:
     "`(name, TrainConfig)` of every paper-scale run: TinyStories, the ladder rungs of `kinds`, the 1.2B ablation model."
     out = [('tinystories', PRESETS['tinystories'])]
@@ -110,7 +110,7 @@ def paper_presets(kinds=LADDER_KINDS, scales=range(2, 9), budget: float = 6e18) 
     out.append(('ablation-1.2b', ablation.config(Point('slimpajama', 6e18, 'sgatlin', 6))))
     return out
 
-# %% ../nbs/92_gpu.ipynb #c71578d0
+# %% ../nbs/92_gpu.ipynb #b12c1531
 def preset_row(name: str, cfg: TrainConfig, n_devices: int = 8, lower: bool = True, hbm_bytes: int = H100_BYTES) -> dict:
     "One row of `gpu_table`: sizes, FLOPs, memory per device, whether it fits, and the CUDA lowering."
     m, mesh = cfg.model, fsdp_mesh(n_devices)
@@ -138,7 +138,7 @@ def gpu_table(presets: list[tuple[str, TrainConfig]], n_devices: int = 8, lower:
     "`preset_row` of every `(name, TrainConfig)`: the lowering and memory table of the presets."
     return pd.DataFrame([preset_row(name, cfg, n_devices, lower) for name, cfg in presets]).set_index('preset')
 
-# %% ../nbs/92_gpu.ipynb #60942afe
+# %% ../nbs/92_gpu.ipynb #ddfad305
 def table_markdown(table: pd.DataFrame) -> str:
     "The columns of `gpu_table` a reader needs, as a markdown table (sizes in GB per device)."
     head = ['preset', 'params', 'FLOPs/token (paper)', 'seqs/device', 'params', 'AdamW', 'grads',
@@ -151,7 +151,7 @@ def table_markdown(table: pd.DataFrame) -> str:
                      f"{'yes' if r.get('lowered', False) else '-'} |")
     return '\n'.join(lines)
 
-# %% ../nbs/92_gpu.ipynb #d454c93f
+# %% ../nbs/92_gpu.ipynb #7e71ac25
 def min_grad_accum(cfg: TrainConfig, n_devices: int = 8, hbm_bytes: int = H100_BYTES) -> int | None:
     "Smallest `grad_accum` (dividing the per-device batch) at which `cfg` fits `hbm_bytes` per device; None if none does."
     rows = cfg.batch_size // n_devices
@@ -160,7 +160,7 @@ def min_grad_accum(cfg: TrainConfig, n_devices: int = 8, hbm_bytes: int = H100_B
             return g
     return None
 
-# %% ../nbs/92_gpu.ipynb #3e736b79
+# %% ../nbs/92_gpu.ipynb #1adb28c2
 def equal_flops_swiglu(cfg: TrainConfig) -> TrainConfig:
     "`cfg` with a SwiGLU feedforward layer of the same forward FLOPs per token (nearest width)."
     m = cfg.model
@@ -191,6 +191,6 @@ def time_train_step(cfg: TrainConfig, steps: int = 20, warmup: int = 2, mesh: Me
     return {'s_per_step': s, 'tokens_per_s': rate, 'mfu': rate * train_flops / (peak_flops * mesh.size),
             'loss': float(metrics['loss'])}
 
-# %% ../nbs/92_gpu.ipynb #1dcdf16d
+# %% ../nbs/92_gpu.ipynb #0afb9b88
 SUBMIT_LINE = ("sgatlin submit nbs/92_gpu.ipynb -p run_full=True -p full_steps=300 --gpus-per-node 8 "
                "--time 01:00:00 --setup 'source .venv/bin/activate'")
