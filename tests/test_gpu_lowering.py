@@ -1,0 +1,38 @@
+"Every paper preset's training step lowers for CUDA on an 8-device mesh; the lowered step also compiles for 8 forced CPU devices."
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+# A child process: XLA_FLAGS must be set before jax is imported, and pytest's process has imported it already.
+SCRIPT = textwrap.dedent('''
+    import json, sys, jax
+    from sgatlin_nb.gpu import paper_presets, export_train_step, train_step_args, state_bytes, abstract_state
+    from sgatlin_nb.train import make_mesh, state_shardings
+    mesh = make_mesh()
+    out = {'devices': jax.device_count(), 'lowered': {}}
+    for name, cfg in paper_presets():
+        e = export_train_step(cfg, mesh)
+        out['lowered'][name] = [list(e.platforms), e.nr_devices]
+    # compile one preset for the 8 CPU devices: the partitioner runs, and the arguments are the sharded state + batch
+    cfg = dict(paper_presets(kinds=()))['tinystories']
+    step, args = train_step_args(cfg, mesh)
+    mem = step.lower(*args).compile(compiler_options={'xla_backend_optimization_level': 0}).memory_analysis()
+    _, state, _ = abstract_state(cfg)
+    sb = state_bytes(state, state_shardings(state, mesh, fsdp=True))
+    out['compiled_args'] = mem.argument_size_in_bytes
+    out['expected_args'] = sb['params'] + sb['opt_state'] + cfg.batch_size // 8 * (cfg.model.seq_len + 1) * 4
+    print(json.dumps(out))
+''')
+
+def test_presets_lower_for_cuda_on_8_devices():
+    env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}
+    res = subprocess.run([sys.executable, '-c', SCRIPT], env=env, capture_output=True, text=True, timeout=1100)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out['devices'] == 8
+    assert len(out['lowered']) == 1 + 5 * 7 + 1, sorted(out['lowered'])
+    bad = {k: v for k, v in out['lowered'].items() if v != [['cuda'], 8]}
+    assert not bad, bad
+    assert out['compiled_args'] == out['expected_args'], out
