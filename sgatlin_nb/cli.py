@@ -11,12 +11,14 @@ __all__ = ['COMMANDS', 'PARSERS', 'train', 'eval', 'sample', 'patch', 'usage', '
 import dataclasses
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 
+import jax
 from fastcore.script import anno_parser, store_true
 
-from .train import (PRESETS, RunError, evaluate, load_run, make_eval_step, prepare_data, sample_text,
+from .train import (PRESETS, RunError, evaluate, init_distributed, load_run, make_eval_step, prepare_data, sample_text,
                               train as train_run)
 from .data import unigram_cross_entropy
 from .demo import run_demo
@@ -37,6 +39,7 @@ def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystor
           wandb: str = None,                  # also log to this Weights & Biases project (needs the wandb extra)
           quiet: store_true = False):           # no progress bar
     "Train a language model with an sgatlin feedforward layer (or a baseline) and checkpoint it into --out."
+    distributed = init_distributed()  # one task of several under Slurm: join them before any other JAX call
     if config not in PRESETS:
         raise RunError(f"unknown --config {config!r}: choose one of {', '.join(PRESETS)}")
     cfg = PRESETS[config]
@@ -45,10 +48,20 @@ def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystor
     if 'steps' in changes and changes['steps'] < 1: raise RunError(f"--steps must be at least 1, got {steps}")
     if 'steps' in changes: changes['warmup_steps'] = min(cfg.warmup_steps, changes['steps'])
     cfg = dataclasses.replace(cfg, **changes)
-    summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb)
-    print(json.dumps({k: v for k, v in summary.items() if k != 'sample'}, indent=1))
-    print('sample:', summary.get('sample', ''))
+    try: summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb)
+    except Exception as e:
+        if not distributed: raise
+        _exit_task(e)
+    if jax.process_index() == 0:  # one process prints
+        print(json.dumps({k: v for k, v in summary.items() if k != 'sample'}, indent=1))
+        print('sample:', summary.get('sample', ''))
     return summary
+
+def _exit_task(e: BaseException):
+    "End this task of a multi-task run at once: waiting to shut down with a dead peer would only hang until a timeout."
+    print(f"sgatlin train: error: {' '.join(str(e).split())[:2000]}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(2 if isinstance(e, RunError) else 1)
 
 # %% ../nbs/90_cli.ipynb #dca12f65
 def eval(out: str = 'runs/tinystories-cpu',  # run directory
