@@ -171,13 +171,13 @@ def submit(notebook: str,                 # notebook to run (it needs a cell tag
            sweep: list = None,            # 'key=v1,v2,...': one array task per combination; repeatable
            results_param: str = None,     # parameter naming each task's results file, collected after the array
            dry_run: bool = False,         # print the sbatch scripts instead of submitting
-           nodes: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 16,
+           nodes: int = 1, tasks_per_node: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 16,
            time: str = '24:00:00', partition: str = None, account: str = None,
            out_dir: str = 'slurm', job_name: str = None, setup: str = None):
     "Run a notebook on Slurm with papermill: one job, or a job array over the --sweep values."
     from sgatlin_nb.slurm import submit as slurm_submit
     return slurm_submit(notebook, param or (), sweep=sweep or (), results_param=results_param, dry_run=dry_run,
-                        nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=time,
+                        nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=time,
                         partition=partition, account=account, out_dir=out_dir, job_name=job_name, setup=setup)
 
 def _submit_parser():
@@ -189,7 +189,7 @@ def _submit_parser():
     p.add_argument('--sweep', action='append', metavar='KEY=V1,V2', help="one array task per combination (repeatable)")
     p.add_argument('--results-param', help="parameter naming each task's results file; a follow-up job collects them")
     p.add_argument('--dry-run', action='store_true', help="print the sbatch scripts instead of submitting")
-    for name, typ, default in [('nodes', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
+    for name, typ, default in [('nodes', int, 1), ('tasks-per-node', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
                                ('time', str, '24:00:00'), ('partition', str, None), ('account', str, None),
                                ('out-dir', str, 'slurm'), ('job-name', str, None), ('setup', str, None)]:
         p.add_argument(f'--{name}', type=typ, default=default, help=f"(default: {default})")
