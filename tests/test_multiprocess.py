@@ -20,11 +20,11 @@ TIMEOUT_S = 15     # SGATLIN_DIST_TIMEOUT: start-up, heartbeat and shutdown limi
 def _free_job_id() -> int:
     "A Slurm job id whose coordinator port (61440 + id mod 4096, the package's default) is free right now."
     for port in range(61440 + os.getpid() % 4000, 65536):
-        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
-            try: s.bind(("::", port))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try: s.bind(("0.0.0.0", port))
             except OSError: continue
         return port - 61440
-    pytest.skip("no free port in 61440-65535 for the coordinator")
+    pytest.fail("no free port in 61440-65535 for the coordinator")
 
 
 def _start_tasks(args, data_dir, n=2) -> list[subprocess.Popen]:
