@@ -13,12 +13,15 @@ import dataclasses
 import inspect
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
+import jax
 from fastcore.script import anno_parser, store_true
 
-from .train import PRESETS, RunError, evaluate, load_run, make_eval_step, sample_text, train as train_run
+from .train import (PRESETS, RunError, evaluate, init_distributed, load_run, make_eval_step, sample_text,
+                              train as train_run)
 from .data import TokenFile, unigram_cross_entropy
 from .demo import run_demo
 from .intervention import patch_experiment
@@ -39,6 +42,7 @@ def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystor
           wandb: str = None,                  # also log to this Weights & Biases project (needs the wandb extra)
           quiet: store_true = False):           # no progress bar
     "Train a language model with an sgatlin feedforward layer (or a baseline) and checkpoint it into --out."
+    distributed = init_distributed()  # one task of several under Slurm: join them before any other JAX call
     if config not in PRESETS:
         raise RunError(f"unknown --config {config!r}: choose one of {', '.join(PRESETS)}")
     cfg = PRESETS[config]
@@ -47,10 +51,20 @@ def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystor
     if 'steps' in changes and changes['steps'] < 1: raise RunError(f"--steps must be at least 1, got {steps}")
     if 'steps' in changes: changes['warmup_steps'] = min(cfg.warmup_steps, changes['steps'])
     cfg = dataclasses.replace(cfg, **changes)
-    summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb)
-    print(json.dumps({k: v for k, v in summary.items() if k != 'sample'}, indent=1))
-    print('sample:', summary.get('sample', ''))
+    try: summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb)
+    except Exception as e:
+        if not distributed: raise
+        _exit_task(e)
+    if jax.process_index() == 0:  # one process prints
+        print(json.dumps({k: v for k, v in summary.items() if k != 'sample'}, indent=1))
+        print('sample:', summary.get('sample', ''))
     return summary
+
+def _exit_task(e: BaseException):
+    "End this task of a multi-task run at once: waiting to shut down with a dead peer would only hang until a timeout."
+    print(f"sgatlin train: error: {' '.join(str(e).split())[:2000]}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(2 if isinstance(e, RunError) else 1)
 
 # %% ../nbs/90_cli.ipynb #dca12f65
 def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
@@ -173,13 +187,13 @@ def submit(notebook: str,                 # notebook to run (it needs a cell tag
            sweep: list = None,            # 'key=v1,v2,...': one array task per combination; repeatable
            results_param: str = None,     # parameter naming each task's results file, collected after the array
            dry_run: bool = False,         # print the sbatch scripts instead of submitting
-           nodes: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 16,
+           nodes: int = 1, tasks_per_node: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 16,
            time: str = '24:00:00', partition: str = None, account: str = None,
            out: str = 'slurm', job_name: str = None, setup: str = None):
     "Run a notebook on Slurm with papermill: one job, or a job array over the --sweep values."
     from sgatlin_nb.slurm import submit as slurm_submit
     return slurm_submit(notebook, param or (), sweep=sweep or (), results_param=results_param, dry_run=dry_run,
-                        nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=time,
+                        nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=time,
                         partition=partition, account=account, out_dir=out, job_name=job_name, setup=setup)
 
 def _submit_parser():
@@ -191,7 +205,7 @@ def _submit_parser():
     p.add_argument('--sweep', action='append', metavar='KEY=V1,V2', help="one array task per combination (repeatable)")
     p.add_argument('--results-param', help="parameter naming each task's results file; a follow-up job collects them")
     p.add_argument('--dry-run', action='store_true', help="print the sbatch scripts instead of submitting")
-    for name, typ, default in [('nodes', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
+    for name, typ, default in [('nodes', int, 1), ('tasks-per-node', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
                                ('time', str, '24:00:00'), ('partition', str, None), ('account', str, None),
                                ('job-name', str, None), ('setup', str, None)]:
         p.add_argument(f'--{name}', type=typ, default=default, help=f"(default: {default})")

@@ -80,6 +80,7 @@ def _yaml_line(params: dict) -> str:
 
 def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Path, job_name: str,
                   nodes: int = 1,                # nodes per task; above 1, jax.distributed spans them
+                  tasks_per_node: int = 1,       # processes per node: 1 (each sees all its node's GPUs) or gpus_per_node
                   gpus_per_node: int = 8,
                   cpus_per_task: int = 16,
                   time: str = '24:00:00',        # wall-clock limit per task
@@ -89,10 +90,12 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
                   ) -> str:
     "The sbatch script that runs `notebook` with papermill once per task (a job array for several tasks)."
     if not tasks: raise ValueError("tasks must hold at least one parameter set")
+    if nodes < 1 or tasks_per_node < 1:
+        raise ValueError(f"nodes and tasks_per_node must be at least 1, got {nodes} and {tasks_per_node}")
     nb = Path(notebook).absolute()
     run_dir = Path(run_dir).absolute()
     array = len(tasks) > 1
-    head = [f'--job-name={job_name}', f'--nodes={nodes}', '--ntasks-per-node=1', f'--gpus-per-node={gpus_per_node}',
+    head = [f'--job-name={job_name}', f'--nodes={nodes}', f'--ntasks-per-node={tasks_per_node}', f'--gpus-per-node={gpus_per_node}',
             f'--cpus-per-task={cpus_per_task}', f'--time={time}',
             f'--output={run_dir}/%a/slurm-%A_%a.log' if array else f'--output={run_dir}/0/slurm-%j.log']
     head += [f'--array=0-{len(tasks) - 1}'] if array else []
@@ -112,7 +115,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         'case "$TASK" in', *cases, '  *) echo "no parameters for task $TASK" >&2; exit 1 ;;', 'esac',
         *([setup] if setup else []),
         'export XLA_PYTHON_CLIENT_PREALLOCATE=false',
-        '# every process initialises jax.distributed before the first cell (a no-op on one node)',
+        '# every process initialises jax.distributed before the first cell (a no-op for a one-process task)',
         'export IPYTHONDIR="$TASK_DIR/ipython"',
         'mkdir -p "$IPYTHONDIR/profile_default/startup"',
         "printf 'from sgatlin_nb.train import init_distributed\\ninit_distributed()\\n' "
@@ -170,6 +173,7 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
            results_param: str | None = None,  # the parameter naming each task's results file: collect them after the array
            dry_run: bool = False,          # print the scripts instead of submitting them
            nodes: int = 1,                 # nodes per task
+           tasks_per_node: int = 1,        # processes per node (1, or gpus_per_node for one per GPU)
            gpus_per_node: int = 8,
            cpus_per_task: int = 16,
            time: str = '24:00:00',         # wall-clock limit per task
@@ -185,7 +189,7 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
     run_dir = Path(out_dir).absolute() / f'{job_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}'
     tasks = sweep_tasks(nb, parse_params(params), parse_sweep(sweep), run_dir)
     common = dict(run_dir=run_dir, job_name=job_name, partition=partition, account=account, setup=setup)
-    scripts = {'job.sbatch': sbatch_script(nb, tasks, nodes=nodes, gpus_per_node=gpus_per_node,
+    scripts = {'job.sbatch': sbatch_script(nb, tasks, nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
                                            cpus_per_task=cpus_per_task, time=time, **common)}
     if results_param:
         if results_param not in tasks[0]:

@@ -6,11 +6,12 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/train.html.md"""
 
 # %% auto #0
 __all__ = ['PRESETS', 'PAIRED', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses',
-           'lm_loss', 'init_distributed', 'make_mesh', 'param_sharding', 'shard_batch', 'TrainConfig', 'resolve_steps',
-           'train_batch', 'RunError', 'config_differences', 'prepare_data', 'init_state', 'state_shardings',
-           'make_train_step', 'make_eval_step', 'evaluate', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums',
-           'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'lock_run', 'MetricsLog',
-           'read_metrics', 'sample_text', 'train', 'load_run', 'reference_run']
+           'lm_loss', 'make_mesh', 'param_sharding', 'process_rows', 'shard_batch', 'first_host',
+           'slurm_distributed_args', 'init_distributed', 'TrainConfig', 'resolve_steps', 'train_batch', 'RunError',
+           'config_differences', 'prepare_data', 'init_state', 'state_shardings', 'make_train_step', 'make_eval_step',
+           'evaluate', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums', 'checkpoint_damage',
+           'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'lock_run', 'MetricsLog', 'read_metrics',
+           'sample_text', 'on_process_0', 'train', 'load_run', 'reference_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import dataclasses
@@ -19,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import sys
@@ -32,6 +34,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm import tqdm
 
@@ -84,16 +87,10 @@ def lm_loss(params, graphdef, tokens_BxT1):
     return losses_BxT.sum() / jnp.maximum(real_BxT.sum(), 1)
 
 # %% ../nbs/06_train.ipynb #e9745c95
-def init_distributed() -> bool:
-    "Initialize multi-host JAX when running as one task of a multi-task Slurm job; True if it did."
-    if int(os.environ.get('SLURM_NTASKS', '1')) > 1 and jax.process_count() == 1:
-        jax.distributed.initialize()
-        return True
-    return False
-
 def make_mesh(devices=None) -> Mesh:
-    "A one-axis (`data`) mesh over `devices` (default: all)."
-    return Mesh(np.asarray(devices if devices is not None else jax.devices()), ('data',))
+    "A one-axis (`data`) mesh over `devices` (default: all), ordered by process so each process's devices are contiguous."
+    devices = jax.devices() if devices is None else devices
+    return Mesh(np.asarray(sorted(devices, key=lambda d: (d.process_index, d.id))), ('data',))
 
 def param_sharding(x, mesh: Mesh, fsdp: bool = True) -> NamedSharding:
     "Shard `x` along its largest axis divisible by the mesh size (FSDP), else replicate."
@@ -105,12 +102,62 @@ def param_sharding(x, mesh: Mesh, fsdp: bool = True) -> NamedSharding:
                 return NamedSharding(mesh, P(*spec))
     return NamedSharding(mesh, P())
 
+def process_rows(n_rows: int, n_processes: int, index: int) -> slice:
+    "The rows of a global batch of `n_rows` that process `index` of `n_processes` feeds (a contiguous block)."
+    if n_rows % n_processes or not 0 <= index < n_processes:
+        raise ValueError(f"{n_rows} rows cannot be split evenly over {n_processes} processes (index {index})")
+    rows = n_rows // n_processes
+    return slice(index * rows, (index + 1) * rows)
+
 def shard_batch(batch_BxT: np.ndarray, mesh: Mesh) -> jax.Array:
-    "Place a global host batch on the mesh, split along the batch axis (this process's rows only)."
-    sharding = NamedSharding(mesh, P('data'))
-    n_proc, i = jax.process_count(), jax.process_index()
-    rows = batch_BxT.shape[0] // n_proc
-    return jax.make_array_from_process_local_data(sharding, batch_BxT[i * rows:(i + 1) * rows], batch_BxT.shape)
+    "Place a global host batch on the mesh: split along the batch axis (this process feeds its own rows), or replicated if the devices do not divide it."
+    if batch_BxT.shape[0] % mesh.shape['data']:
+        return jax.make_array_from_process_local_data(NamedSharding(mesh, P()), batch_BxT, batch_BxT.shape)
+    mine = process_rows(batch_BxT.shape[0], jax.process_count(), jax.process_index())
+    return jax.make_array_from_process_local_data(NamedSharding(mesh, P('data')), batch_BxT[mine], batch_BxT.shape)
+
+
+# %% ../nbs/06_train.ipynb #d15a0002
+def first_host(nodelist: str) -> str:
+    "The first host of a Slurm node list: `'gpu[003-008,011],cpu1'` -> `'gpu003'`."
+    m = re.match(r'\s*([^,\[\s]+)(?:\[([^,\-\]]+))?', nodelist)
+    if not m: raise ValueError(f"cannot read a host name from the Slurm node list {nodelist!r}")
+    return m[1] + (m[2] or '')
+
+def _per_node_counts(spec: str) -> list[int]:
+    "Slurm's compressed tasks-per-node list, `'2(x3),1'` -> `[2, 2, 2, 1]`."
+    counts = []
+    for part in spec.split(','):
+        m = re.fullmatch(r'(\d+)(?:\(x(\d+)\))?', part.strip())
+        if not m: raise ValueError(f"cannot read Slurm's tasks per node {spec!r}")
+        counts += [int(m[1])] * int(m[2] or 1)
+    return counts
+
+def slurm_distributed_args(env=None) -> dict | None:
+    "`jax.distributed.initialize` arguments for this task of a Slurm job step with several tasks; None for one task."
+    env = os.environ if env is None else env
+    nodelist = env.get('SLURM_STEP_NODELIST') or env.get('SLURM_JOB_NODELIST')
+    n = int(env.get('SLURM_STEP_NUM_TASKS') or env.get('SLURM_NTASKS') or 1)
+    if n <= 1 or not nodelist or 'SLURM_PROCID' not in env: return None
+    port = int(env.get('SGATLIN_COORDINATOR_PORT') or 61440 + int(env['SLURM_JOB_ID']) % 4096)
+    per_node = _per_node_counts(env.get('SLURM_STEP_TASKS_PER_NODE') or env.get('SLURM_TASKS_PER_NODE') or str(n))
+    on_this_node = per_node[min(int(env.get('SLURM_NODEID', 0)), len(per_node) - 1)]
+    own_gpu = len([d for d in env.get('CUDA_VISIBLE_DEVICES', '').split(',') if d]) == 1
+    share = on_this_node > 1 and not own_gpu and env.get('JAX_PLATFORMS', '') != 'cpu'
+    return {'coordinator_address': f'{first_host(nodelist)}:{port}', 'num_processes': n,
+            'process_id': int(env['SLURM_PROCID']), 'local_device_ids': [int(env.get('SLURM_LOCALID', 0))] if share else None}
+
+def init_distributed(env=None, timeout_s: int | None = None) -> bool:
+    "Join the other tasks of a multi-task Slurm job step into one JAX run; call before any other JAX call. True if it did."
+    args = slurm_distributed_args(env)
+    if args is None or jax.distributed.is_initialized(): return False
+    timeout_s = timeout_s or int(os.environ.get('SGATLIN_DIST_TIMEOUT') or 0)
+    limits = dict(initialization_timeout=timeout_s, heartbeat_timeout_seconds=timeout_s,
+                  shutdown_timeout_seconds=timeout_s) if timeout_s else {}
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU collectives across processes
+    jax.distributed.initialize(**args, cluster_detection_method='deactivate', **limits)
+    return True
+
 
 # %% ../nbs/06_train.ipynb #ca7da8eb
 @dataclasses.dataclass(frozen=True)
@@ -272,12 +319,12 @@ def make_eval_step(graphdef):
     return step
 
 def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_tokens: int,
-             batching: str = 'packed') -> dict:
-    "Token-weighted held-out loss and perplexity over (at most) `max_tokens` real target tokens."
+             batching: str = 'packed', mesh: Mesh | None = None) -> dict:
+    "Token-weighted held-out loss and perplexity over (at most) `max_tokens` real target tokens (batches placed on `mesh` if given)."
     total, count = 0.0, 0.0
     batches = eval_batches if batching == 'packed' else eval_document_batches
     for batch in batches(token_file, batch_size, seq_len):
-        s, c = eval_step(params, jnp.asarray(batch))
+        s, c = eval_step(params, shard_batch(batch, mesh) if mesh is not None else jnp.asarray(batch))
         total, count = total + float(s), count + float(c)
         if count >= max_tokens: break
     loss = total / max(count, 1.0)
@@ -413,6 +460,20 @@ def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n
     text = tokenizer.decode(np.asarray(out[0]).tolist())
     return text[1:] if text.startswith(' ') and not prompt.startswith(' ') else text  # the space a prefix-space tokenizer adds
 
+# %% ../nbs/06_train.ipynb #d15a0008
+def on_process_0(fn: Callable, what: str):
+    "`fn()` on process 0 alone while the others wait: its result there, None elsewhere; if it fails, every process raises."
+    if jax.process_count() == 1: return fn()
+    result, error = None, None
+    if jax.process_index() == 0:
+        try: result = fn()
+        except Exception as e: error = e
+    failed = int(multihost_utils.broadcast_one_to_all(np.int32(error is not None)))  # also the barrier
+    if error is not None: raise error
+    if failed: raise RunError(f"process 0 could not {what}; its log says why")
+    return result
+
+
 # %% ../nbs/06_train.ipynb #422144f1
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
           mesh: Mesh | None = None, wandb_project: str | None = None) -> dict:
@@ -421,38 +482,55 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0)))  # impossible shapes fail here, before any file is written
     if cfg.batch_size % cfg.grad_accum:
         raise RunError(f"batch_size={cfg.batch_size} must be a multiple of grad_accum={cfg.grad_accum}")
+    first = jax.process_index() == 0  # the one process that writes files and prints
     created = not out.exists()
-    lock = lock_run(out)
+    lock = lock_run(out) if first else None
     try:
         return _train(cfg, data, out, resume, progress, mesh, wandb_project)
     except BaseException:
-        if created and not (out / 'run.json').exists(): shutil.rmtree(out, ignore_errors=True)  # it never started: no trace
+        if first and created and not (out / 'run.json').exists(): shutil.rmtree(out, ignore_errors=True)  # never started: no trace
         raise
     finally:
-        lock.close()
+        if lock is not None: lock.close()
+
+def _set_aside_damaged(out: Path) -> list[str]:
+    "Move the checkpoints newer than the newest one that passes its checksums to `damaged/`; what was moved, said."
+    notes = []
+    for step in reversed(checkpoint_steps(out)):
+        why = checkpoint_damage(out, step)
+        if why is None: break
+        notes.append(f"{DamagedCheckpoint(out, step, why)} (moved to {set_aside(out, step)})")
+    return notes
 
 def _resume_state(out: Path, cfg: TrainConfig, state, shardings) -> tuple[Any, int, list[str]]:
-    "The newest good checkpoint restored onto `state` (or `state` at step 0); damaged newer ones are moved to `damaged/`."
+    "The newest readable checkpoint restored onto `state` (or `state` at step 0); one process sets unreadable ones aside."
     notes = []
     for step in reversed(checkpoint_steps(out)):
         mgr = checkpoint_manager(out, cfg.keep_ckpts)
         try:
             return restore_checkpoint(out, mgr, state, shardings, step), step, notes
         except DamagedCheckpoint as e:
+            if jax.process_count() > 1: raise  # the processes cannot agree on moving files: the user decides
             notes.append(f"{e} (moved to {set_aside(out, step)})")
         finally:
             mgr.close()
     return state, 0, notes
 
 def _train(cfg, data, out, resume, progress, mesh, wandb_project) -> dict:
-    resuming = _check_run_dir(out, cfg, data, resume)
-    tokenizer, train_tf, valid_tf = prepare_data(cfg, data, out, progress)
-    if tokenizer.get_vocab_size() != cfg.model.vocab_size:
-        raise RunError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens but model.vocab_size is "
-                       f"{cfg.model.vocab_size}: set vocab_size to match the tokenizer")
-    if not resuming:
-        (out / 'run.json').write_text(json.dumps({'config': cfg.to_dict(), 'data': data,
-                                                  'tokenizer': tokenizer_hash(tokenizer)}, indent=1))
+    n_proc, first = jax.process_count(), jax.process_index() == 0
+    def prepare():
+        resuming = _check_run_dir(out, cfg, data, resume)
+        tokenizer, train_tf, valid_tf = prepare_data(cfg, data, out, progress)
+        if tokenizer.get_vocab_size() != cfg.model.vocab_size:
+            raise RunError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens but model.vocab_size is "
+                           f"{cfg.model.vocab_size}: set vocab_size to match the tokenizer")
+        if not resuming:
+            (out / 'run.json').write_text(json.dumps({'config': cfg.to_dict(), 'data': data,
+                                                      'tokenizer': tokenizer_hash(tokenizer)}, indent=1))
+        return resuming, tokenizer, train_tf, valid_tf, _set_aside_damaged(out) if resuming else []
+    prepared = on_process_0(prepare, f'prepare the run directory {out}')
+    # the other processes open what process 0 prepared (a new run has no checkpoint, so `resume` is enough for them)
+    resuming, tokenizer, train_tf, valid_tf, notes = prepared if first else (resume, *prepare_data(cfg, data, out, False), [])
     cfg = resolve_steps(cfg, train_tf)  # after run.json, which keeps the config as given
     mesh = mesh or make_mesh()
     if cfg.batch_size % mesh.shape['data']:
@@ -460,22 +538,25 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project) -> dict:
     graphdef, state, tx = init_state(cfg)
     shardings = state_shardings(state, mesh, cfg.fsdp)
     state = jax.device_put(state, shardings)
-    start, notes = 0, []
-    if resuming: state, start, notes = _resume_state(out, cfg, state, shardings)
-    for note in notes: print(f"resuming from step {start}: {note}", file=sys.stderr)
+    start = 0
+    if resuming:
+        state, start, unreadable = _resume_state(out, cfg, state, shardings)
+        notes += unreadable
+    if first:
+        for note in notes: print(f"resuming from step {start}: {note}", file=sys.stderr)
     mgr = checkpoint_manager(out, cfg.keep_ckpts)
     wandb_run = None
-    if wandb_project:
+    if wandb_project and first:
         import wandb
         wandb_run = wandb.init(project=wandb_project, dir=str(out), config=cfg.to_dict(), resume='allow')
-    log = MetricsLog(out / 'metrics.jsonl', start if resuming else None, wandb_run)
+    log = MetricsLog(out / 'metrics.jsonl', start if resuming else None, wandb_run) if first else None
     train_step = make_train_step(graphdef, tx, cfg.grad_accum, shardings, mesh)
     eval_step = make_eval_step(graphdef)
     unigram = unigram_cross_entropy(train_tf, valid_tf)
     tokens_per_step = cfg.batch_size * cfg.model.seq_len
-    summary = {'start_step': start, 'unigram_loss': unigram, 'unigram_ppl': math.exp(unigram)}
+    summary = {'start_step': start, 'processes': n_proc, 'unigram_loss': unigram, 'unigram_ppl': math.exp(unigram)}
     if notes: summary['damaged'] = notes
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not progress, desc='train', unit='step')
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, disable=not (progress and first), desc='train', unit='step')
     t0, last = time.perf_counter(), {}
     for step in bar:
         batch = shard_batch(train_batch(cfg, train_tf, step), mesh)
@@ -491,20 +572,23 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project) -> dict:
         last = {'step': done, 'loss': loss, 'grad_norm': float(m['grad_norm']),
                 'lr': float(wsd_sqrt_schedule(cfg.lr, cfg.steps, cfg.warmup_steps, cfg.decay_fraction)(step)),
                 'tokens': done * tokens_per_step, 'tokens_per_s': rate}
-        log.write(last)
+        if first: log.write(last)
         bar.set_postfix(loss=f'{loss:.3f}', tok_s=f'{rate:,.0f}')
         if done % cfg.eval_every == 0 or done == cfg.steps:
             ev = evaluate(eval_step, state['params'], valid_tf, cfg.batch_size, cfg.model.seq_len, cfg.eval_tokens,
-                          cfg.eval_batching)
-            log.write({'step': done, **ev}); summary.update(ev)
+                          cfg.eval_batching, mesh)
+            summary.update(ev)
+            if first: log.write({'step': done, **ev})
         if (cfg.sample_every and done % cfg.sample_every == 0) or done == cfg.steps:
-            text = sample_text(graphdef, state['params'], tokenizer, seed=done)
-            with open(out / 'samples.txt', 'a') as f: f.write(f'--- step {done}\n{text}\n')
-            summary['sample'] = text
+            params = multihost_utils.process_allgather(state['params'], tiled=True) if n_proc > 1 else state['params']
+            if first:
+                text = sample_text(graphdef, params, tokenizer, seed=done)
+                with open(out / 'samples.txt', 'a') as f: f.write(f'--- step {done}\n{text}\n')
+                summary['sample'] = text
         if done % cfg.ckpt_every == 0 or done == cfg.steps:
             mgr.save(done, args=ocp.args.StandardSave(state))
             mgr.wait_until_finished()
-            write_checksums(out, done)
+            if first: write_checksums(out, done)
     mgr.wait_until_finished()
     mgr.close()
     if wandb_run is not None: wandb_run.finish()
