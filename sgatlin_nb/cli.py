@@ -6,14 +6,17 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/cli.html.md"""
 
 # %% auto #0
 __all__ = ['COMMANDS', 'PARSERS', 'EXAMPLES', 'RENAMED', 'train', 'eval', 'sample', 'patch', 'usage', 'record', 'neighbours',
-           'demo', 'submit', 'command_parser', 'main']
+           'demo', 'submit', 'command_parser', 'main', 'submit_dry_run']
 
 # %% ../nbs/90_cli.ipynb #8c8d4c3d
+import contextlib
 import dataclasses
 import inspect
+import io
 import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -262,3 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sgatlin {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     return 0
+
+# %% ../nbs/90_cli.ipynb #d8673253
+def submit_dry_run(line: str, root: str | Path = '..') -> str:
+    "The sbatch script of `line`, an `sgatlin submit ...` command as a page shows it, run with --dry-run from `root`."
+    argv = shlex.split(line)
+    if argv[:2] != ['sgatlin', 'submit']: raise ValueError(f"not an `sgatlin submit` line: {line!r}")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(root), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv[1:] + ['--dry-run'])
+    if status: raise RunError(f"`{line}` fails: {err.getvalue().strip()}")
+    return out.getvalue()
