@@ -34,8 +34,8 @@ def run_sgatlin(args, data_dir, timeout=600, extra_env=None, cwd=None) -> subpro
 
 
 def snapshot(folder) -> dict:
-    "SHA-256 of every file under `folder`, by relative path: to check that a refused command changed nothing."
+    "SHA-256 of every file under `folder` but the lock (it names the last process that held it), by relative path."
     import hashlib
     folder = Path(folder)
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
