@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import sgatlin_nb.train as train_mod
@@ -180,7 +181,7 @@ def test_second_train_on_the_same_folder_is_refused_and_a_killed_one_leaves_no_s
     ("empty.txt", b"", "holds no documents"),
     ("blank.txt", b"\n<|endoftext|>\n   \n", "holds no documents"),
     ("bad.txt", b"Once upon a time\n\xff\xfe there was a dog.\n", "is not UTF-8: byte 0xff at byte offset 17"),
-    ("tokens.bin", bytes(range(1, 256)) * 40 + b"\0" * 10, "is binary, not text"),
+    ("tokens.bin", np.arange(1, 5000, dtype=np.uint16).tobytes(), "is binary, not text (a NUL byte at byte offset 1)"),
     ("one_line.txt", b"word " * (2 << 20), "line 1 is longer than 8 MiB"),
 ])
 def test_bad_corpus(tmp_path, data_dir, name, content, says):
@@ -261,7 +262,8 @@ def test_circuit_database_of_another_model_or_schema(tmp_path, data_dir, run20):
     assert res.returncode == 0, res.stderr[-2000:]
     other = tmp_path / "other"
     assert _train(other, data_dir, "--steps", "5").returncode == 0
-    manifest = json.loads((db / "manifest.json").read_text())
+    original = (db / "manifest.json").read_bytes()
+    manifest = json.loads(original)
     before = snapshot(db)
     line = _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(other), "--db", str(db), "--out",
                                str(tmp_path / "nb"), "--layer", "0", "--quiet"], data_dir), "model.params: database")
@@ -270,5 +272,5 @@ def test_circuit_database_of_another_model_or_schema(tmp_path, data_dir, run20):
     (db / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 0}))
     _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(run20), "--db", str(db), "--out", str(tmp_path / "nb"),
                         "--layer", "0", "--quiet"], data_dir), "schema version 0", "reads version 1")
-    (db / "manifest.json").write_text(json.dumps(manifest))
+    (db / "manifest.json").write_bytes(original)
     assert snapshot(db) == before and not (tmp_path / "nb").exists()

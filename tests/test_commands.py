@@ -118,7 +118,7 @@ def shown_commands() -> list[tuple[str, list[str]]]:
                 for i, w in enumerate(words):
                     if Path(w).name == 'sgatlin' and i + 1 < len(words) and re.fullmatch(r'[a-z]+', words[i + 1]):
                         argv = words[i + 1:]
-                        for stop in ('&&', ';', '|', '||'):
+                        for stop in ('&&', ';', '|', '||', '...'):  # '...': options left out in prose
                             argv = argv[:argv.index(stop)] if stop in argv else argv
                         found.append((where, argv))
     return found
