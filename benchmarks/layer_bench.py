@@ -260,7 +260,8 @@ def fmt(v, spec):
 
 def layer_table(size: str, rows: dict, batch: int, seq_len: int) -> str:
     s = SIZES[size]
-    lines = [f"\n== {size}: d_model {s['d_model']}, d_ffw {s['d_ffw']}, C {s['n_channels']}, k {s['k']}, "
+    note = {'tinystories': " (the paper's TinyStories layer)", 'large': ' (beyond the paper: its largest sgatlin layer is 112^2 x 16)'}
+    lines = [f"\n== {size}{note.get(size, '')}: d_model {s['d_model']}, d_ffw {s['d_ffw']}, C {s['n_channels']}, k {s['k']}, "
              f"d_key {s['d_key']}; {batch * seq_len} tokens ({batch} x {seq_len}), float32 ==",
              "fwd+bwd: interleaved in one process (alone: in its own process); temp: XLA memory_analysis of "
              "fwd+bwd; RSS: peak of its own process (+run: above the RSS before compiling); update and step: "
