@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .layers import (ACTIVATIONS, Gates, SparselyGatedLinear, _chunk_size, _init, _positive,
+from .layers import (ACTIVATIONS, Gates, SparselyGatedLinear, chunk_rows, fan_in_init, check_positive,
                                check_sgatlin_config, gather_combine, gather_dot, scatter_outer)
 
 # %% ../nbs/02_baselines.ipynb #531c137c
@@ -36,7 +36,7 @@ MLP_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != 'none')
 
 def check_mlp_config(d_model: int, d_ffw: int, activation: str = 'gelu'):
     "Validate an MLP configuration."
-    _positive(d_model=d_model, d_ffw=d_ffw)
+    check_positive(d_model=d_model, d_ffw=d_ffw)
     _check_choice('activation', activation, MLP_ACTIVATIONS)
 
 class MLP(_Feedforward):
@@ -47,8 +47,8 @@ class MLP(_Feedforward):
                  rngs: nnx.Rngs):
         check_mlp_config(d_model, d_ffw, activation)
         self.d_model, self.d_ffw, self.activation, self.dtype = d_model, d_ffw, activation, dtype
-        self.w_in = nnx.Param(_init((0, 1, ()))(rngs.params(), (d_model, d_ffw)))
-        self.w_out = nnx.Param(_init((0, 1, ()))(rngs.params(), (d_ffw, d_model)))
+        self.w_in = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (d_model, d_ffw)))
+        self.w_out = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (d_ffw, d_model)))
 
     def __call__(self, x):
         self._check_input(x)
@@ -71,7 +71,7 @@ def swiglu(gate, linear, variant: str = 'standard'):
 # %% ../nbs/02_baselines.ipynb #90fe58a6
 def check_swiglu_config(d_model: int, d_ffw: int, variant: str = 'standard'):
     "Validate a SwiGLU configuration."
-    _positive(d_model=d_model, d_ffw=d_ffw)
+    check_positive(d_model=d_model, d_ffw=d_ffw)
     _check_choice('variant', variant, SWIGLU_VARIANTS)
 
 class SwiGLU(_Feedforward):
@@ -82,8 +82,8 @@ class SwiGLU(_Feedforward):
                  rngs: nnx.Rngs):
         check_swiglu_config(d_model, d_ffw, variant)
         self.d_model, self.d_ffw, self.variant, self.dtype = d_model, d_ffw, variant, dtype
-        self.w_in = nnx.Param(_init((0, (1, 2), ()))(rngs.params(), (d_model, 2, d_ffw)))  # [D, H, F]
-        self.w_out = nnx.Param(_init((0, 1, ()))(rngs.params(), (d_ffw, d_model)))
+        self.w_in = nnx.Param(fan_in_init((0, (1, 2), ()))(rngs.params(), (d_model, 2, d_ffw)))  # [D, H, F]
+        self.w_out = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (d_ffw, d_model)))
         if variant == 'gpt_oss':
             self.b_in = nnx.Param(jnp.zeros((2, d_ffw)))
             self.b_out = nnx.Param(jnp.zeros((d_model,)))
@@ -135,7 +135,7 @@ MOE_SOFTMAX = ('top_k', 'all')
 def check_moe_config(d_model: int, d_ffw: int, n_experts: int = 16, top_k: int = 2,
                      softmax_over: str = 'top_k', router_bias: bool = True):
     "Validate an MoE configuration."
-    _positive(d_model=d_model, d_ffw=d_ffw, n_experts=n_experts, top_k=top_k)
+    check_positive(d_model=d_model, d_ffw=d_ffw, n_experts=n_experts, top_k=top_k)
     _check_choice('softmax_over', softmax_over, MOE_SOFTMAX)
     _check_choice('router_bias', router_bias, (True, False))
     if top_k > n_experts:
@@ -152,16 +152,16 @@ class MoE(_Feedforward):
                  block_rows: int | None = None,   # rows per dispatch block (None: automatic, <= 25% padding)
                  rngs: nnx.Rngs):
         check_moe_config(d_model, d_ffw, n_experts, top_k, softmax_over, router_bias)
-        if block_rows is not None: _positive(block_rows=block_rows)
+        if block_rows is not None: check_positive(block_rows=block_rows)
         self.d_model, self.d_ffw, self.n_experts, self.top_k = d_model, d_ffw, n_experts, top_k
         self.softmax_over, self.router_bias = softmax_over, router_bias
         self.dtype, self.block_rows = dtype, block_rows
         E, D, F = n_experts, d_model, d_ffw
-        self.w_router = nnx.Param(_init((0, 1, ()))(rngs.params(), (D, E)))
+        self.w_router = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (D, E)))
         if router_bias: self.b_router = nnx.Param(jnp.zeros((E,)))
-        self.w_in = nnx.Param(_init((1, (2, 3), 0))(rngs.params(), (E, D, 2, F)))
+        self.w_in = nnx.Param(fan_in_init((1, (2, 3), 0))(rngs.params(), (E, D, 2, F)))
         self.b_in = nnx.Param(jnp.zeros((E, 2, F)))
-        self.w_out = nnx.Param(_init((1, 2, 0))(rngs.params(), (E, F, D)))
+        self.w_out = nnx.Param(fan_in_init((1, 2, 0))(rngs.params(), (E, F, D)))
         self.b_out = nnx.Param(jnp.zeros((E, D)))
 
     def gate(self, x) -> Gates:
@@ -243,11 +243,11 @@ class PEER(_Feedforward):
         self.d_model, self.d_ffw, self.n_channels, self.k, self.d_key = d_model, d_ffw, n_channels, k, d_key
         self.router, self.dtype, self.chunk_tokens = 'product_key_value', dtype, chunk_tokens
         C, F, D, K, R = n_channels, d_ffw, d_model, d_key, self.n_keys
-        self.w_query = nnx.Param(_init((0, 3, (1, 2)))(rngs.params(), (D, 2, C, K)))
+        self.w_query = nnx.Param(fan_in_init((0, 3, (1, 2)))(rngs.params(), (D, 2, C, K)))
         self.w_key = nnx.Param(jax.random.truncated_normal(rngs.params(), -2, 2, (K, 2, C, R))
                                / 0.87962566103423978)  # unit variance after truncation at ±2
-        self.w_in = nnx.Param(_init((0, 1, ()))(rngs.params(), (F, D)))
-        self.w_out = nnx.Param(_init((0, 1, ()))(rngs.params(), (F, D)))
+        self.w_in = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (F, D)))
+        self.w_out = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (F, D)))
 
     subkey_scores = SparselyGatedLinear.subkey_scores  # the sgatlin layer's PEER router, reused as is
 
@@ -265,7 +265,7 @@ class PEER(_Feedforward):
                              f"{gates.scores.shape} and indices {gates.indices.shape}")
         x_NxD = x.reshape(-1, self.d_model).astype(self.dtype)
         J = self.n_channels * self.k
-        chunk = _chunk_size(x_NxD.shape[0], J, self.d_model, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
+        chunk = chunk_rows(x_NxD.shape[0], J, self.d_model, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
         y_NxD = peer_neurons(x_NxD, gates.scores.reshape(-1, J), gates.indices.reshape(-1, J),
                              self.w_in[...], self.w_out[...], chunk)
         return y_NxD.reshape(x.shape).astype(x.dtype)

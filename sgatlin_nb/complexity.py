@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 import jax
 
 from .baselines import FFWConfig
-from .layers import _positive
+from .layers import check_positive
 
 # %% ../nbs/03_complexity.ipynb #aacd0293
 class FFWCost(NamedTuple):
@@ -170,7 +170,7 @@ def model_flops(d_model: int, n_layers: int, seq_len: int, vocab_size: int, ffw:
                 accounting: str = 'paper',  # 'paper': no output layer, attention over T² | 'full': output layer, causal
                 ) -> int:
     "Forward FLOPs per token of a decoder-only transformer with `ffw` in every block."
-    _positive(d_model=d_model, n_layers=n_layers, seq_len=seq_len, vocab_size=vocab_size)
+    check_positive(d_model=d_model, n_layers=n_layers, seq_len=seq_len, vocab_size=vocab_size)
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"accounting must be one of {list(ACCOUNTINGS)}, got {accounting!r}")
     if ffw.d_model != d_model:
@@ -191,7 +191,7 @@ def tokens_for_budget(budget: float, flops_per_token: float) -> float:
 def model_params(d_model: int, n_layers: int, vocab_size: int, ffw: FFWConfig, *,
                  head_dim: int = 64, qk_norm: bool = False) -> int:
     "Parameters of the transformer of 04_transformer: tied embedding, RMSNorm scales, attention and `ffw` per layer."
-    _positive(d_model=d_model, n_layers=n_layers, vocab_size=vocab_size)
+    check_positive(d_model=d_model, n_layers=n_layers, vocab_size=vocab_size)
     D = d_model
     per_layer = 2 * D + 4 * D * D + 2 * head_dim * qk_norm + ffw_cost(ffw).params
     return vocab_size * D + D + n_layers * per_layer

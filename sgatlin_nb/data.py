@@ -8,8 +8,8 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/data.html.md"""
 __all__ = ['DATA_DIR_ENV', 'CORPORA', 'STREAMED', 'EOT', 'PAD', 'MAX_LINE_BYTES', 'TOKENIZERS', 'GPT2_HUB', 'SPLITS',
            'PAD_TARGET', 'BATCHINGS', 'Corpus', 'data_root', 'resolve_corpus', 'read_texts', 'train_tokenizer',
            'load_tokenizer', 'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path', 'TokenFile',
-           'tokenize_corpus', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps', 'document_batch_at',
-           'eval_document_batches', 'unigram_cross_entropy']
+           'packed_ids', 'tokenize_corpus', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps',
+           'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy']
 
 # %% ../nbs/05_data.ipynb #07cc9d32
 import hashlib
@@ -289,7 +289,7 @@ class TokenFile:
 # %% ../nbs/05_data.ipynb #2dfda65c
 SPLITS = ('all', 'train', 'heldout')
 
-def _packed_ids(tokenizer: Tokenizer, docs: list[str], eot: int, dtype: np.dtype) -> np.ndarray:
+def packed_ids(tokenizer: Tokenizer, docs: list[str], eot: int, dtype: np.dtype) -> np.ndarray:
     "The ids of `docs`, each preceded by `eot`, as one flat array."
     literal = tokenizer.encode_special_tokens
     tokenizer.encode_special_tokens = True  # a literal "<|endoftext|>" in a document is text, not a separator
@@ -329,7 +329,7 @@ def tokenize_corpus(
     partial, n_docs, n_tokens = path.with_name(path.name + '.partial'), 0, 0
     with open(partial, 'wb') as f, tqdm(desc=f'tokenizing {corpus.name} [{split}]', unit=' docs', disable=not progress) as bar:
         while docs := list(itertools.islice(texts, batch_docs)):
-            ids = _packed_ids(tokenizer, docs, meta['eot_id'], token_dtype(vocab_size))
+            ids = packed_ids(tokenizer, docs, meta['eot_id'], token_dtype(vocab_size))
             f.write(ids.tobytes())
             n_docs, n_tokens = n_docs + len(docs), n_tokens + len(ids)
             bar.update(len(docs))

@@ -31,7 +31,7 @@ from .data import read_texts
 from .intervention import patch_experiment
 from .neighbours import write_neighbours
 from .record import CircuitDB, NeighbourIndex, record_run
-from .train import PAIRED, PRESETS, RunError, TrainConfig, _one_line, load_run, read_metrics, sample_text, train
+from .train import PAIRED, PRESETS, RunError, TrainConfig, one_line, load_run, read_metrics, sample_text, train
 from .usage import usage_report
 
 # %% ../nbs/16_demo.ipynb #816347ac
@@ -61,7 +61,7 @@ def demo_corpora(data: str) -> tuple[str, str]:
     for src in dict.fromkeys([train_src, valid_src or train_src]):
         try: next(read_texts(src, max_docs=1))
         except Exception as e:
-            raise RunError(f"cannot read the corpus {src!r} ({type(e).__name__}: {_one_line(e)}); pass --data with an "
+            raise RunError(f"cannot read the corpus {src!r} ({type(e).__name__}: {one_line(e)}); pass --data with an "
                            f"existing path or set SGATLIN_DATA_DIR") from None
     return train_src, valid_src or train_src
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from .baselines import DTYPES, FFW_KINDS, FFWConfig, make_ffw
-from .layers import Gates, _init, _positive
+from .layers import Gates, fan_in_init, check_positive
 
 # %% ../nbs/04_transformer.ipynb #81cc4061
 GATED_KINDS = tuple(kind for kind, (cls, _, _) in FFW_KINDS.items() if hasattr(cls, 'apply_gates'))  # gates can be recorded/patched
@@ -39,7 +39,7 @@ class ModelConfig:
     remat: bool = False         # recompute each block's activations in the backward pass
 
     def __post_init__(self):
-        _positive(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+        check_positive(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
                   seq_len=self.seq_len, head_dim=self.head_dim)
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even (rotary embeddings rotate pairs), got {self.head_dim}")
@@ -86,10 +86,10 @@ class Attention(nnx.Module):
     "Causal multi-head self-attention with rotary positions, optional QK-norm and a float32 softmax."
     def __init__(self, d_model: int, head_dim: int, *, rope_base: float, qk_norm: bool, dtype, rngs: nnx.Rngs):
         D, H, E = d_model, d_model // head_dim, head_dim
-        self.w_q = nnx.Param(_init((0, (1, 2), ()))(rngs.params(), (D, H, E)))
-        self.w_k = nnx.Param(_init((0, (1, 2), ()))(rngs.params(), (D, H, E)))
-        self.w_v = nnx.Param(_init((0, (1, 2), ()))(rngs.params(), (D, H, E)))
-        self.w_o = nnx.Param(_init(((0, 1), 2, ()))(rngs.params(), (H, E, D)))
+        self.w_q = nnx.Param(fan_in_init((0, (1, 2), ()))(rngs.params(), (D, H, E)))
+        self.w_k = nnx.Param(fan_in_init((0, (1, 2), ()))(rngs.params(), (D, H, E)))
+        self.w_v = nnx.Param(fan_in_init((0, (1, 2), ()))(rngs.params(), (D, H, E)))
+        self.w_o = nnx.Param(fan_in_init(((0, 1), 2, ()))(rngs.params(), (H, E, D)))
         self.q_norm = RMSNorm(E) if qk_norm else None
         self.k_norm = RMSNorm(E) if qk_norm else None
         self.rope_base, self.dtype = rope_base, dtype
@@ -208,7 +208,7 @@ def generate(model: Transformer, prompt_tokens, n_new: int, *,
              rng=None):                 # a jax.random key, needed when temperature > 0
     "Extend each row of `prompt_tokens` `[B, P]` by `n_new` tokens: returns `[B, P + n_new]`."
     prompt_BxP = jnp.asarray(prompt_tokens, jnp.int32)
-    _positive(n_new=n_new)
+    check_positive(n_new=n_new)
     if prompt_BxP.ndim != 2 or prompt_BxP.shape[1] < 1:
         raise ValueError(f"prompt_tokens must be a non-empty [batch, positions] array, got shape {prompt_BxP.shape}")
     B, P = prompt_BxP.shape

@@ -34,7 +34,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from .baselines import FFWConfig
-from .data import PAD, _packed_ids, eot_id, read_texts, tokenizer_hash
+from .data import PAD, packed_ids, eot_id, read_texts, tokenizer_hash
 from .model import GATED_KINDS, Transformer
 from .train import load_run, reference_run
 
@@ -67,7 +67,7 @@ def encode_documents(
 ) -> list[np.ndarray]:
     "Token ids of each document preceded by end-of-text, as in training, cut to `max_len`: int32 arrays."
     eot = eot_id(tokenizer)
-    ids = _packed_ids(tokenizer, texts, eot, np.dtype(np.int32))
+    ids = packed_ids(tokenizer, texts, eot, np.dtype(np.int32))
     return [d[:max_len] for d in np.split(ids, np.flatnonzero(ids == eot)[1:])]
 
 # %% ../nbs/10_record.ipynb #b0d2c379

@@ -28,7 +28,7 @@ import pandas as pd
 from .baselines import FFWConfig
 from .complexity import ACCOUNTINGS, model_flops, model_params, tokens_for_budget, training_flops
 from .data import read_texts, train_tokenizer
-from .layers import _positive
+from .layers import check_positive
 from .model import ModelConfig
 from .train import PAIRED, RunError, TrainConfig, read_metrics, train
 
@@ -53,7 +53,7 @@ class Ladder:
 
     def shape(self, scale: int, kind: str) -> tuple[int, int, int]:
         "`(d_model, n_layers, d_ffw)` at `scale` for the feedforward `kind`, as in the paper's listing."
-        _positive(scale=scale)
+        check_positive(scale=scale)
         if kind not in LADDER_KINDS: raise ValueError(f"kind must be one of {list(LADDER_KINDS)}, got {kind!r}")
         d_model = self.width * scale
         if kind in ('mlp', 'swiglu'): d_ffw = int(8 / 3 * d_model / self.dense_multiple) * self.dense_multiple

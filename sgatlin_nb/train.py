@@ -8,10 +8,10 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/train.html.md"""
 __all__ = ['PRESETS', 'PAIRED', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses',
            'lm_loss', 'make_mesh', 'param_sharding', 'process_rows', 'shard_batch', 'first_host',
            'slurm_distributed_args', 'init_distributed', 'TrainConfig', 'resolve_steps', 'train_batch', 'RunError',
-           'config_differences', 'prepare_data', 'init_state', 'state_shardings', 'make_train_step', 'make_eval_step',
-           'evaluate', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums', 'checkpoint_damage',
-           'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'lock_run', 'MetricsLog', 'read_metrics',
-           'sample_text', 'on_process_0', 'train', 'load_run', 'reference_run']
+           'one_line', 'config_differences', 'prepare_data', 'init_state', 'state_shardings', 'make_train_step',
+           'make_eval_step', 'evaluate', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums',
+           'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'lock_run', 'MetricsLog',
+           'read_metrics', 'sample_text', 'on_process_0', 'train', 'load_run', 'reference_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import dataclasses
@@ -246,7 +246,8 @@ PAIRED = {'tinystories': ('tinystories-train', 'tinystories-valid')}  # name: (t
 class RunError(RuntimeError):
     "A run cannot start or continue; the message says what to do."
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
+    "An exception's message on one line, at most 300 characters: for errors that quote another error."
     return ' '.join(str(e).split())[:300]
 
 def config_differences(old: dict, new: dict, prefix: str = '') -> list[str]:
@@ -384,7 +385,7 @@ def restore_checkpoint(run: str | Path, mgr: ocp.CheckpointManager, state, shard
     if why is None:
         abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
         try: return mgr.restore(step, args=ocp.args.StandardRestore(abstract))
-        except Exception as e: why = f"orbax cannot read it ({type(e).__name__}: {_one_line(e)})"
+        except Exception as e: why = f"orbax cannot read it ({type(e).__name__}: {one_line(e)})"
     raise DamagedCheckpoint(run, step, why)
 
 def set_aside(run: Path, step: int) -> Path:

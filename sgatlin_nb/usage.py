@@ -23,7 +23,7 @@ from flax import nnx
 from scipy import stats
 
 from .data import EOT, PAD, read_texts
-from .layers import _positive
+from .layers import check_positive
 from .train import load_run
 
 # %% ../nbs/14_usage.ipynb #3ca6041e
@@ -68,7 +68,7 @@ def uniform_router_gini(n_tokens: int,  # tokens counted
                         d_ffw: int,     # neurons per channel
                         k: int) -> float:  # neurons selected per token and channel
     "Expected Gini coefficient of the counts of a router that picks `k` of `d_ffw` neurons uniformly at random."
-    _positive(n_tokens=n_tokens, d_ffw=d_ffw, k=k)
+    check_positive(n_tokens=n_tokens, d_ffw=d_ffw, k=k)
     if k > d_ffw: raise ValueError(f"k must be at most d_ffw={d_ffw}, got {k}")
     cdf = stats.binom(n_tokens, k / d_ffw).cdf(np.arange(n_tokens + 1))
     return (1 - 1 / d_ffw) * 2 * (cdf * (1 - cdf)).sum() / (2 * n_tokens * k / d_ffw)
@@ -160,7 +160,7 @@ def _gate_indices(model, tokens_BxT):
 
 def record_indices(model, tokens, batch_size: int = 32) -> list[np.ndarray]:
     "Gate indices of every layer for `tokens [B, T]`, in jitted batches: one `[B, T, C, k]` int32 array per layer."
-    _positive(batch_size=batch_size)
+    check_positive(batch_size=batch_size)
     tokens = np.asarray(tokens, np.int32)
     B = len(tokens)
     padded = np.concatenate([tokens, np.zeros((-B % batch_size, tokens.shape[1]), np.int32)])  # one compiled shape
@@ -260,7 +260,7 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
     if not 0 <= layer < mc.n_layers: raise ValueError(f"layer must be in [0, {mc.n_layers}), got {layer}")
     if not 0 <= channel < mc.ffw.n_channels: raise ValueError(f"channel must be in [0, {mc.ffw.n_channels}), got {channel}")
     if not 1 <= n_neurons <= F: raise ValueError(f"n_neurons must be in [1, d_ffw={F}], got {n_neurons}")
-    _positive(n_stories=n_stories)
+    check_positive(n_stories=n_stories)
     texts = list(read_texts(data))
     if n_stories > len(texts): raise ValueError(f"n_stories must be at most {len(texts)} (documents in {data}), got {n_stories}")
     chosen = np.random.default_rng(seed).choice(len(texts), n_stories, replace=False)
