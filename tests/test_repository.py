@@ -62,3 +62,14 @@ def test_sidebar_lists_every_notebook_once_in_order():
         assert sec["contents"] == want, f"sidebar section {name!r} lists {sec['contents']}, nbs/ has {want}"
     listed = ["index.ipynb"] + [nb for sec in contents[1:] for nb in sec["contents"]]
     assert sorted(listed) == sorted(p.name for p in NOTEBOOKS), "every notebook in nbs/ appears once in the sidebar"
+
+
+def test_no_private_name_crosses_a_module():
+    "Helpers shared by modules are public: no `from .module import _name` in the package."
+    offenders = []
+    for f in sorted((ROOT / "sgatlin_nb").glob("*.py")):
+        text = f.read_text()
+        for m in re.finditer(r"^from \.\w+ import (\([^)]*\)|[^\n]*)", text, re.M):
+            names = re.findall(r"\b\w+\b", m.group(1))
+            offenders += [f"{f.name}: {n}" for n in names if n.startswith("_")]
+    assert not offenders, offenders
