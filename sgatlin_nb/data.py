@@ -6,9 +6,9 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/data.html.md"""
 
 # %% auto #0
 __all__ = ['DATA_DIR_ENV', 'CORPORA', 'STREAMED', 'EOT', 'PAD', 'MAX_LINE_BYTES', 'TOKENIZERS', 'GPT2_HUB', 'SPLITS',
-           'PAD_TARGET', 'BATCHINGS', 'Corpus', 'data_root', 'resolve_corpus', 'read_texts', 'train_tokenizer',
-           'load_tokenizer', 'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path', 'TokenFile',
-           'packed_ids', 'tokenize_corpus', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps',
+           'PAD_TARGET', 'BATCHINGS', 'Corpus', 'data_root', 'resolve_corpus', 'read_texts', 'repair_mojibake',
+           'train_tokenizer', 'load_tokenizer', 'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path',
+           'TokenFile', 'packed_ids', 'tokenize_corpus', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps',
            'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy']
 
 # %% ../nbs/05_data.ipynb #07cc9d32
@@ -177,12 +177,29 @@ def read_texts(
     data_dir: str | Path | None = None,  # the data folder; default `$SGATLIN_DATA_DIR`
     max_docs: int | None = None,  # stop after this many documents (None: all)
     text_field: str = 'text',     # the field of JSON lines, parquet and hub rows that holds the text
+    repair: bool = True,          # undo UTF-8 text that was decoded as Windows-1252 (`repair_mojibake`)
 ) -> Iterator[str]:
     "The documents of a corpus, in order, one non-empty string each."
     if max_docs is not None and max_docs < 1: raise ValueError(f'max_docs must be a positive integer or None, got {max_docs}')
     corpus = source if isinstance(source, Corpus) else resolve_corpus(source, data_dir)
     texts = _hub_texts(corpus, text_field) if corpus.path is None else _file_texts(corpus.path, text_field)
+    if repair: texts = map(repair_mojibake, texts)
     return _nonempty(texts, corpus, max_docs)
+
+# %% ../nbs/05_data.ipynb #f1c0a7e3
+_CONTINUATION = ''.join(bytes([b]).decode('cp1252') for b in range(0x80, 0xc0) if b not in (0x81, 0x8d, 0x8f, 0x90, 0x9d))
+_C = f'[{re.escape(_CONTINUATION)}]'
+_MOJIBAKE = re.compile(f'[\u00c2-\u00df]{_C}|[\u00e0-\u00ef]{_C}{{2}}|[\u00f0-\u00f4]{_C}{{3}}|\u00e2\u20ac')
+
+def _unmangle(m: re.Match) -> str:
+    s = m.group()
+    if s == 'â€': return '”'  # E2 80 9D, whose last byte Windows-1252 cannot show
+    try: return s.encode('cp1252').decode('utf-8')
+    except UnicodeError: return s
+
+def repair_mojibake(text: str) -> str:
+    "`text` with UTF-8 sequences that were decoded as Windows-1252 turned back into the characters they encode."
+    return _MOJIBAKE.sub(_unmangle, text)
 
 # %% ../nbs/05_data.ipynb #a4a09f0d
 def train_tokenizer(

@@ -20,7 +20,8 @@ from tokenizers import Tokenizer
 from .model import Transformer
 from .record import (CircuitDB, NeighbourIndex, Recording, encode_documents, model_identity, record_batch,
                                reference_circuit_db, token_strings)
-from .train import load_run, reference_run
+from .train import load_run
+from .reference import reference_run
 
 # %% ../nbs/12_neighbours.ipynb #2e1101f0
 def text_circuits(
@@ -129,7 +130,7 @@ def write_neighbours(
     progress: bool = True,          # progress bars (training or recording on first use)
 ) -> dict:
     "Neighbour table and chart of a sentence's circuits, written to `out`; returns the paths written."
-    run = Path(run) if run is not None else reference_run(progress=progress)
+    run = Path(run) if run is not None else reference_run()
     cfg, tokenizer, graphdef, params, step = load_run(run)
     model = nnx.merge(graphdef, params)
     if db is None:

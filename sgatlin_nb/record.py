@@ -36,7 +36,8 @@ from tqdm import tqdm
 from .baselines import FFWConfig
 from .data import PAD, packed_ids, eot_id, read_texts, tokenizer_hash
 from .model import GATED_KINDS, Transformer
-from .train import load_run, reference_run
+from .train import load_run
+from .reference import reference_run
 
 # %% ../nbs/10_record.ipynb #69637ab7
 TOP_PREDICTIONS = 5  # next-token predictions kept per token
@@ -493,7 +494,7 @@ def reference_circuit_db(
     progress: bool = True,            # progress bars
 ) -> CircuitDB:
     "The circuit database of a run over `n_docs` random documents of `data`, kept in `run/circuits/`; built on first use."
-    run = reference_run(progress=progress) if run is None else Path(run)
+    run = reference_run() if run is None else Path(run)
     cfg, tokenizer, graphdef, params, at = load_run(run)
     expect = {'model': model_identity(nnx.merge(graphdef, params), tokenizer), 'checkpoint_step': at}
     out = run / 'circuits' / f"{data.replace('/', '_')}-{n_docs}"
