@@ -76,6 +76,14 @@ def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
     "Held-out loss and perplexity of a run's checkpoint, next to the unigram baseline."
     cfg, tok, graphdef, params, at = load_run(run, step)
     files = {name: Path(run) / 'data' / f'{name}.bin' for name in ('train', 'valid')}
+    if not files['valid'].exists() and (Path(run) / 'manifest.json').exists():  # the reference model: weights alone
+        from sgatlin_nb.reference import check_reference, heldout_eval
+        ev = check_reference(run)['eval']
+        h = heldout_eval(run, tokens)
+        res = {'step': h['step'], 'eval_loss': h['loss'], 'eval_ppl': h['ppl'], 'eval_tokens': h['tokens'],
+               'unigram_loss': ev['unigram_loss'], 'unigram_ppl': ev['unigram_ppl']}
+        print(json.dumps(res, indent=1))
+        return res
     if not all(f.exists() for f in files.values()):
         raise RunError(f"{run} lacks its token files ({', '.join(str(f) for f in files.values())}): resume its training "
                        f"once (`sgatlin train --out {run} --resume` with its settings) to write them again")
@@ -178,9 +186,10 @@ def demo(data: str = 'tinystories',  # corpus: 'tinystories', a path, a name und
          config: str = 'demo',       # training preset (demo: 300 steps of tinystories-cpu; test-tiny for a quick check)
          steps: int = None,          # optimizer steps (default: the preset's)
          n_stories: int = 128,       # held-out stories for the circuit database and the usage counts
+         reference: store_true = False,  # analyse the committed 4-layer reference model instead of training one
          quiet: store_true = False): # no progress bars (the one-line status of each stage stays)
-    "Train a small sgatlin model on TinyStories, analyse its circuits and write a self-contained report.html into --out."
-    summary = run_demo(out, data=data, config=config, steps=steps, n_stories=n_stories, progress=not quiet)
+    "Train a small sgatlin model on TinyStories (or take the reference model), analyse its circuits and write a self-contained report.html into --out."
+    summary = run_demo(out, data=data, config=config, steps=steps, n_stories=n_stories, progress=not quiet, reference=reference)
     print(f"report: {summary['report']} ({summary['this_run_s']:.0f} s)")
     return summary
 

@@ -17,6 +17,7 @@ import html
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 from datetime import datetime, timezone
@@ -31,6 +32,7 @@ from .data import read_texts
 from .intervention import patch_experiment
 from .neighbours import write_neighbours
 from .record import CircuitDB, NeighbourIndex, record_run
+from .reference import REFERENCE_DIR, check_reference
 from .train import PAIRED, PRESETS, RunError, TrainConfig, one_line, load_run, read_metrics, sample_text, train
 from .usage import usage_report
 
@@ -42,8 +44,15 @@ FOCUS = "She was scared, but the dog was friendly"  # the part of SENTENCE tabul
 PROMPTS = ('Once upon a time', 'Tom and his mom went to the', 'The little bird was sad because')
 
 def demo_settings(config: str = 'demo', data: str = 'tinystories', steps: int | None = None,
-                  n_stories: int = 128) -> tuple[TrainConfig, dict]:
+                  n_stories: int = 128, reference: bool = False) -> tuple[TrainConfig, dict]:
     "The training configuration of a demo, and the settings that identify it (kept in `demo.json`)."
+    if reference:  # the committed model of 09_reference instead of a training
+        if steps is not None or config != 'demo': raise RunError("--reference analyses the committed model: leave out --config and --steps")
+        if n_stories < 12: raise RunError(f"--n-stories must be at least 12 (the neighbour search needs enough circuits), got {n_stories}")
+        manifest = check_reference()
+        cfg = TrainConfig.from_dict(manifest['config'])
+        return cfg, {'format': FORMAT, 'version': 1, 'config': 'reference', 'train': cfg.to_dict(), 'data': data,
+                     'n_stories': n_stories, 'reference': manifest['fingerprint']}
     if config not in PRESETS:
         raise RunError(f"unknown --config {config!r}: choose one of {', '.join(PRESETS)}")
     cfg = PRESETS[config]
@@ -105,9 +114,14 @@ def stage_done(out: Path, state: dict, name: str) -> bool:
     return name in state['stages'] and (Path(out) / OUTPUTS[name]).exists()
 
 # %% ../nbs/16_demo.ipynb #bcb76491
-def stage_train(out: Path, cfg: TrainConfig, data: str, progress: bool = True) -> dict:
-    "Train (or resume) the demo's model in `out/run`; returns its final losses, the unigram baseline and samples."
-    summary = train(cfg, data, out / 'run', resume=True, progress=progress)
+def stage_train(out: Path, cfg: TrainConfig, data: str, progress: bool = True, reference: bool = False) -> dict:
+    "Train (or resume) the demo's model in `out/run`, or copy the reference model there; its losses, unigram baseline and samples."
+    if reference:
+        shutil.copytree(REFERENCE_DIR, out / 'run', dirs_exist_ok=True)
+        ev = check_reference(out / 'run')['eval']
+        summary = {'start_step': 0, 'unigram_loss': ev['unigram_loss'], 'unigram_ppl': ev['unigram_ppl']}
+    else:
+        summary = train(cfg, data, out / 'run', resume=True, progress=progress)
     metrics = read_metrics(out / 'run')
     last_eval = [m for m in metrics if 'eval_loss' in m][-1]
     losses = [m['loss'] for m in metrics if 'loss' in m]
@@ -116,7 +130,7 @@ def stage_train(out: Path, cfg: TrainConfig, data: str, progress: bool = True) -
     return {'steps': step, 'start_step': summary['start_step'], 'train_loss': float(np.mean(losses[-10:])),
             'eval_loss': last_eval['eval_loss'], 'eval_ppl': last_eval['eval_ppl'], 'unigram_loss': summary['unigram_loss'],
             'unigram_ppl': summary['unigram_ppl'], 'tokens_per_s': [m for m in metrics if 'loss' in m][-1]['tokens_per_s'],
-            'samples': samples}
+            'samples': samples, 'reference': reference}
 
 # %% ../nbs/16_demo.ipynb #772a798b
 def stage_record(out: Path, held_out: str, n_stories: int, progress: bool = True) -> dict:
@@ -336,6 +350,7 @@ def _what(name: str, r: dict) -> str:
     "What a stage's record says, in a few words."
     if name == 'train':
         resumed = f" (resumed at step {r['start_step']})" if r['start_step'] else ''
+        if r.get('reference'): resumed = ' (the committed reference model)'
         return f"{r['steps']} steps{resumed}: held-out perplexity {r['eval_ppl']:.1f} vs unigram {r['unigram_ppl']:.1f}"
     if name == 'record': return f"{r['circuits']:,} circuits of {r['documents']} held-out stories"
     if name == 'embedding': return f"UMAP of {r['points']:,} circuits of the most frequent tokens"
@@ -360,14 +375,15 @@ def run_demo(out: str | Path = 'runs/demo',  # run directory (created; a later r
              steps: int | None = None,       # optimizer steps (default: the preset's)
              n_stories: int = 128,           # held-out stories for the circuit database and the usage counts
              progress: bool = True,          # progress bars
+             reference: bool = False,        # analyse the committed reference model (09_reference) instead of training one
              log=print) -> dict:             # called with one status line per stage
     "Train a small sgatlin model, run the interpretability analyses on it and write `report.html` and `summary.json` into `out`."
     t_start = time.perf_counter()
     out = Path(out)
-    cfg, settings = demo_settings(config, data, steps, n_stories)
+    cfg, settings = demo_settings(config, data, steps, n_stories, reference)
     train_src, held_out = demo_corpora(data)  # before anything is written
     state = open_demo(out, settings)
-    work = {'train': lambda: stage_train(out, cfg, data, progress),
+    work = {'train': lambda: stage_train(out, cfg, data, progress, reference),
             'record': lambda: stage_record(out, held_out, n_stories, progress),
             'embedding': lambda: stage_embedding(out, progress),
             'neighbours': lambda: stage_neighbours(out, cfg.model.n_layers, progress),

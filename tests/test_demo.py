@@ -71,3 +71,23 @@ def test_demo_bad_input(tmp_path, data_dir):
     assert "holds no sgatlin demo" in line and os.listdir(tmp_path / "mine") == ["notes.txt"]
 
     _one_line_error(run_sgatlin(["demo", "--out", str(tmp_path / "d"), "--config", "huge"], data_dir))
+
+
+def test_demo_on_the_reference_model(tmp_path, data_dir):
+    "`--reference` analyses the committed model without training, and its copy in `out/run` works with `sgatlin eval`."
+    from sgatlin_nb.reference import check_reference
+    manifest = check_reference()
+    out = tmp_path / "ref"
+    res = run_sgatlin(["demo", "--reference", "--out", str(out), "--n-stories", "12", "--quiet"], data_dir)
+    assert res.returncode == 0, res.stderr[-2000:]
+    status = [l for l in res.stdout.splitlines() if l.startswith("[")]
+    assert len(status) == len(STAGES) and "the committed reference model" in status[0], res.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["reference"] == manifest["fingerprint"]
+    assert abs(summary["numbers"]["eval_ppl"] - manifest["eval"]["ppl"]) < 1e-9
+    assert not (out / "run" / "checkpoints").exists()  # nothing was trained
+    ev = run_sgatlin(["eval", "--run", str(out / "run"), "--tokens", "4096"], data_dir)
+    assert ev.returncode == 0, ev.stderr[-2000:]
+    assert json.loads(ev.stdout)["step"] == manifest["step"]
+    bad = run_sgatlin(["demo", "--reference", "--steps", "10", "--out", str(tmp_path / "x")], data_dir)
+    assert bad.returncode == 2 and "leave out --config and --steps" in bad.stderr
