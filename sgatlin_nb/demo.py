@@ -118,12 +118,13 @@ def stage_train(out: Path, cfg: TrainConfig, data: str, progress: bool = True, r
     "Train (or resume) the demo's model in `out/run`, or copy the reference model there; its losses, unigram baseline and samples."
     if reference:
         shutil.copytree(REFERENCE_DIR, out / 'run', dirs_exist_ok=True)
-        ev = check_reference(out / 'run')['eval']
+        ev = check_reference(out / 'run')['eval']  # the committed weights' own score (the log has the float32 run's)
         summary = {'start_step': 0, 'unigram_loss': ev['unigram_loss'], 'unigram_ppl': ev['unigram_ppl']}
     else:
         summary = train(cfg, data, out / 'run', resume=True, progress=progress)
     metrics = read_metrics(out / 'run')
     last_eval = [m for m in metrics if 'eval_loss' in m][-1]
+    if reference: last_eval = {'eval_loss': ev['loss'], 'eval_ppl': ev['ppl']}
     losses = [m['loss'] for m in metrics if 'loss' in m]
     _, tokenizer, graphdef, params, step = load_run(out / 'run')
     samples = [sample_text(graphdef, params, tokenizer, p, n_new=80, temperature=0.8, seed=i) for i, p in enumerate(PROMPTS)]
