@@ -270,13 +270,13 @@ def nie_heatmap(table: pd.DataFrame, title: str = 'Normalized indirect effect of
 
 def nie_bars(table: pd.DataFrame, *,
              over: str = 'all',          # 'all': mean over all pairs (the paper's); 'known': over the known pairs
-             positions: list[str] | None = None,  # positions to draw (default: the noun's and the last one)
+             positions: list[str] | None = None,  # positions to draw (default: the noun's, the last one, all)
              title: str = 'Normalized indirect effect per layer') -> alt.Chart:
     "Figure 7's view: NIE per layer (and all layers), one bar per position, with the bootstrap 95% interval."
     if over not in ('all', 'known'): raise ValueError(f"over must be 'all' or 'known', got {over!r}")
     cols = ('nie_all', 'lo_all', 'hi_all') if over == 'all' else ('nie', 'lo', 'hi')
     order = [p for p in dict.fromkeys(table.position) if p != 'all positions']
-    positions = positions or [p for p in dict.fromkeys(['[noun]', order[-1]]) if p in order]
+    positions = positions or [p for p in dict.fromkeys(['[noun]', order[-1]]) if p in order] + ['all positions']
     df = table[table.position.isin(positions)].rename(columns=dict(zip(cols, ('value', 'low', 'high'))))
     df = df.assign(position=[f'{p} (last)' if p == order[-1] else p for p in df.position])
     shown = list(dict.fromkeys(df.position))
@@ -287,8 +287,8 @@ def nie_bars(table: pd.DataFrame, *,
                                   tooltip=['layer', 'position', 'value', 'low', 'high', 'n_pairs', 'n_known'])
     rules = base.mark_rule(color='black').encode(y='low:Q', y2='high:Q')
     n = int(table.n_pairs.iloc[0] if over == 'all' else table.n_known.iloc[0])
-    sub = f"mean over {'all' if over == 'all' else 'the known'} {n} pairs, bootstrap 95% interval"
-    return (bars + rules).properties(width=70 * table.layer.nunique(), height=220,
+    sub = f"mean over {f'all {n}' if over == 'all' else f'the {n} known'} pairs, bootstrap 95% interval"
+    return (bars + rules).properties(width=90 * table.layer.nunique(), height=220,
                                      title=alt.TitleParams(title, subtitle=sub))
 
 class Patching(NamedTuple):
