@@ -122,11 +122,12 @@ def patch(run: str = 'runs/tinystories-cpu',  # training run to patch
           parser: str = 'auto',    # 'auto' (spaCy if installed, else regex), 'spacy' or 'regex'
           n_boot: int = 2000,      # bootstrap resamples for the 95% intervals
           seed: int = 0,           # bootstrap seed
-          step: int = None):       # checkpoint step (default: latest)
-    "Patch counterfactual gates into clean runs per layer and position: NIE table and heatmap."
+          step: int = None,        # checkpoint step (default: latest)
+          nouns: str = 'stories'): # 'stories': pairs mined from the corpus; 'paper': the paper's 8 nouns (no corpus read)
+    "Patch counterfactual gates into clean runs per layer and position: NIE table and figure."
     _not_a_run(out, 'patch')
     table = patch_experiment(run, out, corpora=corpus.split(',') if corpus else None, min_count=min_count,
-                             parser=parser, n_boot=n_boot, seed=seed, step=step)
+                             parser=parser, n_boot=n_boot, seed=seed, step=step, nouns=nouns)
     print(table.round(3).to_string(index=False))
     return table
 

@@ -11,8 +11,9 @@ import pytest
 from flax import nnx
 
 from sgatlin_nb.baselines import FFWConfig
-from sgatlin_nb.intervention import (ALL, KnowledgePair, grid_cells, known_pairs, logit_diffs, match_pairs,
-                                     normalized_indirect_effect, patch_experiment, regex_template_pairs,
+from sgatlin_nb.intervention import (ALL, PAPER_NOUNS, EncodedRows, KnowledgePair, PatchRow, grid_cells, known_pairs,
+                                     logit_diffs, match_pairs, noun_adjective_rows, normalized_indirect_effect,
+                                     patch_experiment, regex_template_pairs, row_logit_diffs,
                                      spacy_template_pairs, template_pairs)
 from sgatlin_nb.model import ModelConfig, Patch, Transformer
 from sgatlin_nb.train import PRESETS, train
@@ -178,8 +179,33 @@ def test_patch_experiment_end_to_end(tmp_path, data_dir, monkeypatch):
         'nie.csv', 'nie.html', 'nie.png', 'pairs.csv', 'per_pair.csv']
     assert (tmp_path / 'out' / 'nie.png').read_bytes()[:4] == b'\x89PNG'
     n_layers = PRESETS['test-tiny'].model.n_layers
-    assert len(table) == (n_layers + 1) * 4 and set(table.position) == {'The', '[noun]', 'was', 'all positions'}
-    assert (table.loc[table.position == 'The', 'median_all'] == 0).all()
+    assert len(table) == (n_layers + 1) * 5
+    assert list(dict.fromkeys(table.position)) == ['<|endoftext|>', 'The', '[noun]', 'was', 'all positions']
+    assert (table.loc[table.position.isin(['<|endoftext|>', 'The']), 'median_all'] == 0).all()
     per_pair = pd.read_csv(tmp_path / 'out' / 'per_pair.csv')
     n = len(pd.read_csv(tmp_path / 'out' / 'pairs.csv'))
     assert len(per_pair) == n * (n - 1) and (per_pair.clean != per_pair.patch).all()
+
+
+def test_patch_experiment_paper_nouns_without_bos(tmp_path, data_dir, monkeypatch):
+    "The paper's 8 nouns need no corpus; bos=False gives the three-token prompts."
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    train(PRESETS['test-tiny'], 'tinystories', tmp_path / 'run', progress=False)
+    table = patch_experiment(tmp_path / 'run', tmp_path / 'out', nouns='paper', bos=False, n_boot=50)
+    assert list(dict.fromkeys(table.position)) == ['The', '[noun]', 'was', 'all positions']
+    assert table.n_pairs.iloc[0] == 56
+    assert pd.read_csv(tmp_path / 'out' / 'pairs.csv').noun.tolist() == list(PAPER_NOUNS)
+    with pytest.raises(ValueError, match="nouns must be one of"):
+        patch_experiment(tmp_path / 'run', tmp_path / 'x', nouns='mine')
+
+
+def test_rows_equal_index_form(setup):
+    "row_logit_diffs on rows built from prompt indices equals logit_diffs, exactly; encode_rows refuses misaligned rows."
+    model, tokens, targets, pairs, cells = setup
+    c, p = pairs[:, 0], pairs[:, 1]
+    by_rows = row_logit_diffs(model, EncodedRows(tokens[c], tokens[p], targets[c], targets[p]), cells.mask)
+    by_index = logit_diffs(model, tokens, targets, pairs, cells.mask)
+    for a, b in zip(by_rows, by_index):
+        assert (a == b).all()
+    rows = noun_adjective_rows({'cat': 'sad', 'dog': 'big', 'sun': 'hot'})
+    assert len(rows) == 6 and rows[0] == PatchRow('The cat was', 'The dog was', 'sad', 'big')
