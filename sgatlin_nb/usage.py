@@ -273,7 +273,7 @@ def frequency_chart(indices: Sequence, d_ffw: int, valid=None) -> alt.Chart:
         counts = neuron_counts(idx, d_ffw, valid)
         n_tok = counts.sum(-1, keepdims=True) / idx.shape[-1]
         rel = (counts / n_tok / (idx.shape[-1] / d_ffw)).reshape(-1)
-        label = f'layer {l}: Gini {gini(counts).mean():.2f}, {(rel == 0).mean():.0%} never fire'
+        label = f'layer {l}: pooled Gini {gini(counts).mean():.2f}, {(rel == 0).mean():.0%} never fire'
         # Binned here rather than by Vega-Lite: the page then carries ~30 bars per layer, not one row per neuron.
         lr = np.log2(rel[rel > 0])
         edges = np.arange(np.floor(2 * lr.min(initial=0)), np.ceil(2 * lr.max(initial=0)) + 2) / 2  # half-octave bins, 0 included
@@ -282,6 +282,7 @@ def frequency_chart(indices: Sequence, d_ffw: int, valid=None) -> alt.Chart:
     return alt.Chart(pd.concat(frames)).mark_bar(opacity=0.55).encode(
         x=alt.X('from:Q', title='log2( firing rate / (k / d_ffw) )'), x2='to:Q',
         y=alt.Y('neurons:Q', stack=None, title='neurons'),
+        y2=alt.datum(0),  # bars from zero: with x and x2 given, Vega-Lite would otherwise draw a thin band
         color=alt.Color('layer:N', legend=alt.Legend(orient='top', direction='vertical', title=None)),
         tooltip=['layer', 'from', 'to', 'neurons'],
     ).properties(width=300, height=320, title='Firing rates (each distinct token once)')
