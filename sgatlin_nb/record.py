@@ -488,7 +488,7 @@ def record_run(
                             batch_size=batch_size, max_len=max_len, overwrite=overwrite, progress=progress)
 
 def reference_circuit_db(
-    run: str | Path | None = None,    # training run (default: the reference run, trained on first use)
+    run: str | Path | None = None,    # training run (default: the reference model)
     n_docs: int = 128,                # random documents of `data`
     data: str = 'tinystories-valid',  # corpus to record
     progress: bool = True,            # progress bars
