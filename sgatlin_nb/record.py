@@ -493,12 +493,13 @@ def reference_circuit_db(
     data: str = 'tinystories-valid',  # corpus to record
     progress: bool = True,            # progress bars
 ) -> CircuitDB:
-    "The circuit database of a run over `n_docs` random documents of `data`, kept in `run/circuits/`; built on first use."
+    "The circuit database of a run over `n_docs` random documents of `data`, kept in the cache folder; built on first use."
     run = reference_run() if run is None else Path(run)
     cfg, tokenizer, graphdef, params, at = load_run(run)
     expect = {'model': model_identity(nnx.merge(graphdef, params), tokenizer), 'checkpoint_step': at}
-    out = run / 'circuits' / f"{data.replace('/', '_')}-{n_docs}"
-    out.parent.mkdir(exist_ok=True)
+    cache = Path(os.environ.get('SGATLIN_CACHE', '~/.cache/sgatlin_nb')).expanduser() / 'circuits'
+    out = cache / f"{expect['model']['params']}-{at}-{data.replace('/', '_')}-{n_docs}"  # one per model, step and sample
+    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_name(out.name + '.lock'), 'w') as lock:  # notebooks running in parallel wait for one build
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
