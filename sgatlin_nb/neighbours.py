@@ -22,6 +22,7 @@ from .record import (CircuitDB, NeighbourIndex, Recording, encode_documents, mod
                                reference_circuit_db, token_strings)
 from .train import load_run
 from .reference import reference_run
+from IPython.display import Markdown
 
 # %% ../nbs/12_neighbours.ipynb #2e1101f0
 def text_circuits(
@@ -77,6 +78,7 @@ def neighbour_table(
     focus: str | None = None,  # part of `text` whose tokens to analyse (default: all)
     width: int = 8,            # context tokens on each side of a neighbour
     index: NeighbourIndex | None = None,  # a prebuilt index of `layer` (built if None)
+    channels: list[int] | None = None,    # compare only these channels (the paper: [0]); default all
 ) -> pd.DataFrame:
     "One row per (token of the focus, neighbour rank): distance, the neighbour's token, context, predictions and shared keys."
     l = db.layer(layer)
@@ -84,7 +86,7 @@ def neighbour_table(
     pos = focus_positions(spans, text, focus)
     index = index or NeighbourIndex(db, l)
     q_idx, q_sc = rec.indices[l, 0, pos], rec.scores[l, 0, pos]
-    rows, dist = index.query(q_idx, q_sc, k)
+    rows, dist = index.query(q_idx, q_sc, k, channels=channels)
     strings, t = token_strings(tokenizer), db.tokens
     idx_l = db.gates(l)[0]
     shared = shared_keys(np.repeat(q_idx, k, 0), idx_l[rows.reshape(-1)], db.d_ffw)
