@@ -14,7 +14,7 @@ os.environ.setdefault('SGATLIN_DATA_DIR', str(ROOT.parent / 'shared' / 'data'))
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument('--work', default=str(ROOT / 'runs' / 'reference'), help='work folder (story file and training run)')
+    ap.add_argument('--work', default='runs/reference', help='work folder (story file and training run), from the repository root by default')
     ap.add_argument('--stop-at', type=int, default=None, help='stop after this step (the schedule stays the full run\'s)')
     ap.add_argument('--export', default=None, help='where to write the committed files (default: the package\'s reference_model folder)')
     ap.add_argument('--no-progress', action='store_true')
