@@ -22,7 +22,6 @@ from .record import (CircuitDB, NeighbourIndex, Recording, encode_documents, mod
                                reference_circuit_db, token_strings)
 from .train import load_run
 from .reference import reference_run
-from IPython.display import Markdown
 
 # %% ../nbs/12_neighbours.ipynb #2e1101f0
 def text_circuits(

@@ -73,3 +73,14 @@ def test_no_private_name_crosses_a_module():
             names = re.findall(r"\b\w+\b", m.group(1))
             offenders += [f"{f.name}: {n}" for n in names if n.startswith("_")]
     assert not offenders, offenders
+
+
+def test_the_package_imports_without_the_notebook_tools():
+    "A plain `pip install .` has no IPython or fastcore.test helpers of the pages: no exported module may need them."
+    import subprocess, sys
+    modules = sorted(p.stem for p in (ROOT / "sgatlin_nb").glob("*.py") if p.stem not in ("__init__", "_modidx"))
+    code = ("import sys\nfor name in ('IPython', 'ipykernel', 'nbdev', 'execnb'): sys.modules[name] = None\n"
+            + "".join(f"import sgatlin_nb.{m}\n" for m in modules))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    assert res.returncode == 0, res.stderr[-2000:]
