@@ -76,10 +76,15 @@ def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
     "Held-out loss and perplexity of a run's checkpoint, next to the unigram baseline."
     cfg, tok, graphdef, params, at = load_run(run, step)
     files = {name: Path(run) / 'data' / f'{name}.bin' for name in ('train', 'valid')}
-    if not files['valid'].exists() and (Path(run) / 'manifest.json').exists():  # the reference model: weights alone
+    if not files['train'].exists() and (Path(run) / 'manifest.json').exists():  # the reference model: weights alone
         from sgatlin_nb.reference import check_reference, heldout_eval
         ev = check_reference(run)['eval']
-        h = heldout_eval(run, tokens)
+        if files['valid'].exists():  # a copy made by `sgatlin demo --reference` keeps the held-out tokens
+            r = evaluate(make_eval_step(graphdef), params, TokenFile(files['valid']), cfg.batch_size, cfg.model.seq_len,
+                         tokens or cfg.eval_tokens, cfg.eval_batching)
+            h = {'step': at, 'loss': r['eval_loss'], 'ppl': r['eval_ppl'], 'tokens': r['eval_tokens']}
+        else:
+            h = heldout_eval(run, tokens)
         res = {'step': h['step'], 'eval_loss': h['loss'], 'eval_ppl': h['ppl'], 'eval_tokens': h['tokens'],
                'unigram_loss': ev['unigram_loss'], 'unigram_ppl': ev['unigram_ppl']}
         print(json.dumps(res, indent=1))

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from .data import read_texts
+from .data import load_tokenizer, read_texts, tokenize_corpus
 from .intervention import patch_experiment
 from .neighbours import write_neighbours
 from .record import CircuitDB, NeighbourIndex, record_run
@@ -119,6 +119,8 @@ def stage_train(out: Path, cfg: TrainConfig, data: str, progress: bool = True, r
     if reference:
         shutil.copytree(REFERENCE_DIR, out / 'run', dirs_exist_ok=True)
         ev = check_reference(out / 'run')['eval']  # the committed weights' own score (the log has the float32 run's)
+        (out / 'run' / 'data').mkdir(exist_ok=True)  # its held-out tokens, so that `sgatlin eval` needs no data folder
+        tokenize_corpus(cfg.heldout, load_tokenizer(out / 'run' / 'tokenizer.json'), out / 'run' / 'data' / 'valid.bin', progress=False)
         summary = {'start_step': 0, 'unigram_loss': ev['unigram_loss'], 'unigram_ppl': ev['unigram_ppl']}
     else:
         summary = train(cfg, data, out / 'run', resume=True, progress=progress)

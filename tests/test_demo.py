@@ -86,7 +86,7 @@ def test_demo_on_the_reference_model(tmp_path, data_dir):
     assert summary["settings"]["reference"] == manifest["fingerprint"]
     assert abs(summary["numbers"]["eval_ppl"] - manifest["eval"]["ppl"]) < 1e-9
     assert not (out / "run" / "checkpoints").exists()  # nothing was trained
-    ev = run_sgatlin(["eval", "--run", str(out / "run"), "--tokens", "4096"], data_dir)
+    ev = run_sgatlin(["eval", "--run", str(out / "run"), "--tokens", "4096"], None)  # a new shell: no data folder
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert json.loads(ev.stdout)["step"] == manifest["step"]
     bad = run_sgatlin(["demo", "--reference", "--steps", "10", "--out", str(tmp_path / "x")], data_dir)
