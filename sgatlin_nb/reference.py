@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 
 import sgatlin_nb
-from .data import EOT, TokenFile, read_texts, tokenize_corpus, unigram_cross_entropy
+from .data import EOT, TokenFile, read_texts, resolve_corpus, tokenize_corpus, unigram_cross_entropy
 from .train import (PRESETS, WEIGHTS, RunError, evaluate, load_run, make_eval_step, read_metrics,
                               sample_text, save_weights, train)
 
@@ -123,7 +123,7 @@ def export_reference(run: str | Path, dest: str | Path = REFERENCE_DIR) -> dict:
                  'heldout': {HELDOUT: file_sha256(resolve(HELDOUT))}, 'stories': stories},
         'eval': {'loss': ev_stored['loss'], 'ppl': ev_stored['ppl'], 'tokens': ev_stored['tokens'],
                  'loss_float32': ev['loss'], 'head_loss': head['loss'], 'head_tokens': head['tokens'], 'unigram_loss': ev['unigram_loss'], 'unigram_ppl': ev['unigram_ppl']},
-        'training': {'wall_s': round(sum(1 for _ in metrics) and _train_seconds(metrics), 1),
+        'training': {'wall_s': round(_train_seconds(metrics), 1),
                      'machine': f'{platform.machine()}, {jax.device_count()} {jax.devices()[0].platform} device(s)'},
         'weights': {'file': WEIGHTS, 'dtype': 'bfloat16', 'params': int(sum(np.size(v) for v in jax.tree.leaves(stored))),
                     'bytes': (dest / WEIGHTS).stat().st_size},
@@ -135,7 +135,6 @@ def export_reference(run: str | Path, dest: str | Path = REFERENCE_DIR) -> dict:
 
 def resolve(name: str) -> Path:
     "The local file of a corpus name (the reference model is made from local files only)."
-    from sgatlin_nb.data import resolve_corpus
     path = resolve_corpus(name).path
     if path is None: raise RunError(f"{name} is not a local file: set SGATLIN_DATA_DIR to the shared data folder")
     return path
