@@ -6,7 +6,7 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/cli.html.md"""
 
 # %% auto #0
 __all__ = ['COMMANDS', 'PARSERS', 'EXAMPLES', 'RENAMED', 'train', 'eval', 'sample', 'patch', 'usage', 'record', 'neighbours',
-           'demo', 'submit', 'command_parser', 'main', 'submit_dry_run']
+           'map', 'demo', 'submit', 'command_parser', 'main', 'submit_dry_run']
 
 # %% ../nbs/90_cli.ipynb #8c8d4c3d
 import contextlib
@@ -28,6 +28,7 @@ from .train import (PRESETS, RunError, evaluate, init_distributed, load_run, mak
 from .data import TokenFile, unigram_cross_entropy
 from .demo import run_demo
 from .intervention import patch_experiment
+from .embedding import write_map
 from .neighbours import write_neighbours
 from .record import record_run
 from .usage import usage_report
@@ -186,6 +187,28 @@ def neighbours(sentence: str,               # text to analyse (positional); best
     print(json.dumps({n: str(v) for n, v in paths.items()}, indent=1))
     return paths
 
+# %% ../nbs/90_cli.ipynb #ff508d05
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    "A comma-separated list of integers given to `option`, or None."
+    if text is None: return None
+    try: return [int(v) for v in str(text).split(',') if v.strip()]
+    except ValueError: raise RunError(f"{option} takes integers separated by commas, e.g. 1,2; got {text!r}") from None
+
+def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circuit database (made by `sgatlin record`)
+        out: str = None,             # folder for map.html, map.png, points.csv and purity.csv (default: DB/map)
+        n_top: int = 100,            # the most frequent story tokens mapped
+        layers: str = None,          # layers to map, e.g. 1,2 (0 is the first; negative counts from the end; default: all)
+        channels: str = None,        # channels of the gating vector, e.g. 0 as in the paper (default: all, joined)
+        by: str = 'group',           # colour by token group or by the most frequent tokens (colour)
+        n_epochs: int = 200,         # UMAP epochs
+        seed: int = 0,               # UMAP seed
+        quiet: store_true = False):  # no progress bar
+    "A UMAP map of the circuits of the most frequent tokens, per layer, and how pure their token groups are (figure 5 of the paper)."
+    files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by, layers=_int_list(layers, '--layers'),
+                      channels=_int_list(channels, '--channels'), n_epochs=n_epochs, seed=seed, progress=not quiet)
+    print(json.dumps({n: str(v) for n, v in files.items()}, indent=1))
+    return files
+
 # %% ../nbs/90_cli.ipynb #5e648598
 def demo(data: str = 'tinystories',  # corpus: 'tinystories', a path, a name under $SGATLIN_DATA_DIR, or owner/name on the hub
          out: str = 'runs/demo',     # folder for the run, the analyses and report.html (run again to resume)
@@ -231,7 +254,7 @@ def _submit_parser():
     return p
 
 # %% ../nbs/90_cli.ipynb #7edc1b5d
-COMMANDS = {'train': train, 'eval': eval, 'sample': sample, 'record': record, 'neighbours': neighbours,
+COMMANDS = {'train': train, 'eval': eval, 'sample': sample, 'record': record, 'neighbours': neighbours, 'map': map,
             'patch': patch, 'usage': usage, 'demo': demo, 'submit': submit}
 PARSERS = {'submit': _submit_parser}
 EXAMPLES = {
@@ -240,6 +263,7 @@ EXAMPLES = {
     'sample': 'sgatlin sample --run runs/try --prompt "Once upon a time" --n-tokens 40',
     'record': 'sgatlin record --run runs/try --out runs/try/circuits --n-docs 32',
     'neighbours': 'sgatlin neighbours "The little dog was happy." --run runs/try --db runs/try/circuits --out runs/try/neighbours --layer 0',
+    'map': 'sgatlin map --db runs/try/circuits --out runs/try/map --n-epochs 50',
     'patch': 'sgatlin patch --run runs/try --out runs/try/patching --min-count 1 --n-boot 200',
     'usage': 'sgatlin usage --run runs/try --out runs/try/usage --n-stories 16 --n-neurons 64',
     'demo': 'sgatlin demo --out runs/demo',

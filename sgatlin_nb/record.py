@@ -7,8 +7,7 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/record.html.md"""
 # %% auto #0
 __all__ = ['TOP_PREDICTIONS', 'FORMAT', 'SCHEMA_VERSION', 'Recording', 'record_batch', 'encode_documents', 'padded_length',
            'pad_documents', 'db_schemas', 'gate_shape', 'params_hash', 'model_identity', 'token_strings',
-           'build_circuit_db', 'gating_vectors', 'CircuitDB', 'NeighbourIndex', 'sample_texts', 'record_run',
-           'reference_circuit_db']
+           'build_circuit_db', 'gating_vectors', 'CircuitDB', 'sample_texts', 'record_run', 'reference_circuit_db']
 
 # %% ../nbs/10_record.ipynb #778eeae2
 import dataclasses
@@ -320,6 +319,10 @@ class CircuitDB:
         if rows is not None: idx, sc = idx[rows], sc[rows]
         return gating_vectors(idx, sc, self.d_ffw)
 
+    def file_bytes(self) -> dict[str, int]:
+        "Bytes on disk of each table file of the database, by table name."
+        return {p.stem: p.stat().st_size for p in sorted(self.path.glob('*.parquet'))}
+
     def context(self, row: int, width: int = 8,
                 mark: tuple[str, str] = ('[', ']')) -> str:  # put around the token
         "The `width` tokens on each side of `row` within its document, with the token itself marked."
@@ -332,127 +335,6 @@ class CircuitDB:
         lead = tok[:len(tok) - len(tok.lstrip())]
         text = ''.join(s[max(start, row - width):row]) + lead + mark[0] + tok.lstrip() + mark[1] + ''.join(s[row + 1:min(end, row + width + 1)])
         return text.replace('\n', '↵').strip()
-
-# %% ../nbs/10_record.ipynb #5631e46d
-class NeighbourIndex:
-    "Exact nearest gating vectors under cosine distance, through an inverted index of neurons."
-    def __init__(self, db: CircuitDB, layer: int):
-        idx, sc = db.gates(layer)
-        self._build(idx, sc, db.d_ffw, db.tokens.token_id.to_numpy())
-
-    @classmethod
-    def from_gates(cls,
-                   indices_NxCxS: np.ndarray,  # int [N, C, k]
-                   scores_NxCxS: np.ndarray,   # float [N, C, k]
-                   d_ffw: int,                 # neurons per channel
-                   token_ids: np.ndarray | None = None) -> 'NeighbourIndex':  # [N] input token of each row (for `token_ids=` filters)
-        "An index over gates held in memory rather than in a database."
-        index = cls.__new__(cls)
-        index._build(np.asarray(indices_NxCxS), np.asarray(scores_NxCxS), d_ffw, token_ids)
-        return index
-
-    def _build(self, idx, sc, d_ffw, token_ids):
-        self.n_rows, self.n_channels, self.k = idx.shape
-        self.d_ffw = d_ffw
-        self.sq_NxC = (sc.astype(np.float64) ** 2).sum(-1)
-        norm_N = np.sqrt(self.sq_NxC.sum(1))
-        if (norm_N == 0).any(): raise ValueError(f"row {int(np.argmax(norm_N == 0))} has only zero scores: its cosine distance is undefined")
-        unit_NxCxS = sc / norm_N[:, None, None]
-        self.postings = gating_vectors(idx, unit_NxCxS, d_ffw).T.tocsr()  # [C·F, N]: rows selecting each neuron, unit-norm scores
-        self.token_ids = None if token_ids is None else np.asarray(token_ids)
-
-    def __repr__(self):
-        return (f"NeighbourIndex({self.n_rows:,} circuits, {self.n_channels} channels × k={self.k} of {self.d_ffw}; "
-                f"{self.postings.nnz:,} postings)")
-
-    def _allowed(self, token_ids, exclude_rows) -> np.ndarray | None:
-        "Which rows may be returned (None: all)."
-        if token_ids is None and exclude_rows is None: return None
-        allowed_N = np.ones(self.n_rows, bool)
-        if token_ids is not None:
-            if self.token_ids is None: raise ValueError("token_ids filter needs an index built with token ids")
-            allowed_N &= np.isin(self.token_ids, np.asarray(token_ids))
-        if exclude_rows is not None:
-            ex = np.asarray(exclude_rows, np.int64).reshape(-1)
-            if ex.size and (ex.min() < 0 or ex.max() >= self.n_rows):
-                raise ValueError(f"exclude_rows must lie in [0, {self.n_rows}), got values in [{ex.min()}, {ex.max()}]")
-            allowed_N[ex] = False
-        return allowed_N
-
-    def query(self,
-              indices_QxCxS: np.ndarray,  # int [Q, C, k']: the query circuits' neurons (k' may differ from the index's k)
-              scores_QxCxS: np.ndarray,   # float [Q, C, k']: their scores
-              k: int = 10,                # neighbours per query
-              *,
-              channels=None,       # compare only these channels (default: all)
-              token_ids=None,      # only rows whose input token is one of these ids
-              exclude_rows=None,   # never return these rows (e.g. the query's own document)
-              ) -> tuple[np.ndarray, np.ndarray]:
-        "The `k` nearest recorded circuits of each query: rows `[Q, k]` int64 and cosine distances `[Q, k]`, nearest first."
-        idx, sc = np.asarray(indices_QxCxS), np.asarray(scores_QxCxS, np.float64)
-        if idx.ndim != 3 or idx.shape != sc.shape or idx.shape[1] != self.n_channels:
-            raise ValueError(f"query indices and scores must both have shape [Q, C={self.n_channels}, k], "
-                             f"got {idx.shape} and {sc.shape}")
-        if not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        ch = np.arange(self.n_channels) if channels is None else np.unique(np.asarray(channels, np.int64))
-        if ch.size == 0 or ch.min() < 0 or ch.max() >= self.n_channels:
-            raise ValueError(f"channels must be a non-empty subset of range({self.n_channels}), got {channels!r}")
-        allowed_N = self._allowed(token_ids, exclude_rows)
-        n_allowed = self.n_rows if allowed_N is None else int(allowed_N.sum())
-        if n_allowed < k:
-            raise ValueError(f"k={k} but only {n_allowed} rows pass the filters (token_ids, exclude_rows)")
-        in_ch = np.isin(np.arange(self.n_channels), ch)
-        qnorm_Q = np.sqrt((sc[:, in_ch] ** 2).sum((1, 2)))
-        if (qnorm_Q == 0).any():
-            raise ValueError(f"query {int(np.argmax(qnorm_Q == 0))} has no non-zero score in channels {ch.tolist()}: "
-                             f"its cosine distance is undefined")
-        q = gating_vectors(idx, np.where(in_ch[None, :, None], sc, 0.0) / qnorm_Q[:, None, None], self.d_ffw)
-        q.eliminate_zeros()
-        rescale_N = None  # restricted to some channels, rows are renormalized over those channels
-        if not in_ch.all():
-            with np.errstate(divide='ignore'):
-                rescale_N = np.sqrt(self.sq_NxC.sum(1) / self.sq_NxC[:, in_ch].sum(1)).astype(np.float32)
-        rescale_N = None  # restricted to some channels, rows are renormalized over those channels
-        if not in_ch.all():
-            with np.errstate(divide='ignore'):
-                rescale_N = np.sqrt(self.sq_NxC.sum(1) / self.sq_NxC[:, in_ch].sum(1))
-        P = self.postings
-        rows_QxK, dist_QxK = np.zeros((len(idx), k), np.int64), np.zeros((len(idx), k))
-        for i in range(len(idx)):
-            cols, vals = q.indices[q.indptr[i]:q.indptr[i + 1]], q.data[q.indptr[i]:q.indptr[i + 1]]
-            lo, hi = P.indptr[cols], P.indptr[cols + 1]
-            hits = np.concatenate([P.indices[a:b] for a, b in zip(lo, hi)])
-            weights = np.concatenate([P.data[a:b] for a, b in zip(lo, hi)]) * np.repeat(vals.astype(np.float64), hi - lo)
-            sim_N = np.bincount(hits, weights, minlength=self.n_rows)  # exactly 0 for rows sharing no neuron
-            if rescale_N is not None: sim_N[hits] *= rescale_N[hits]
-            rows_QxK[i], dist_QxK[i] = _k_nearest(np.clip(sim_N, -1.0, 1.0), k, allowed_N)
-        return rows_QxK, dist_QxK
-
-# %% ../nbs/10_record.ipynb #bcc1e3c5
-def _largest(rows: np.ndarray, sim: np.ndarray, k: int):
-    "The `k` rows of largest similarity, ties to the lower row (`rows` ascending), in order."
-    if len(rows) > k:
-        kth = np.partition(sim, len(sim) - k)[len(sim) - k]
-        above = np.flatnonzero(sim > kth)
-        sel = np.concatenate([above, np.flatnonzero(sim == kth)[:k - len(above)]])
-        rows, sim = rows[sel], sim[sel]
-    order = np.lexsort((rows, -sim))
-    return rows[order], sim[order]
-
-def _k_nearest(sim_N: np.ndarray, k: int, allowed_N: np.ndarray | None):
-    "Rows `[k]` of least (distance, row) among the allowed rows, and their distances `1 - sim`."
-    ok_N = np.ones(len(sim_N), bool) if allowed_N is None else allowed_N
-    cand = np.flatnonzero((sim_N != 0) & ok_N)
-    sim = sim_N[cand]
-    rows, best = _largest(cand[sim > 0], sim[sim > 0], k)
-    if len(rows) < k:
-        zero = np.flatnonzero((sim_N == 0) & ok_N)[:k - len(rows)]
-        rows, best = np.concatenate([rows, zero]), np.concatenate([best, np.zeros(len(zero))])
-    if len(rows) < k:
-        neg_rows, neg = _largest(cand[sim < 0], sim[sim < 0], k - len(rows))
-        rows, best = np.concatenate([rows, neg_rows]), np.concatenate([best, neg])
-    return rows, 1.0 - best
 
 # %% ../nbs/10_record.ipynb #bb482a65
 def sample_texts(

@@ -24,6 +24,7 @@ WRITES = {
                             'runs/try/circuits/gates_layer0.parquet']),
     'neighbours': (['--quiet'], ['runs/try/neighbours/neighbours.csv', 'runs/try/neighbours/neighbours.html',
                                 'runs/try/neighbours/neighbours.png']),
+    'map': (['--quiet'], [f'runs/try/map/{f}' for f in ('map.html', 'map.png', 'points.csv', 'purity.csv')]),
     'patch': ([], [f'runs/try/patching/{f}' for f in ('pairs.csv', 'per_pair.csv', 'nie.csv', 'nie.png', 'nie.html')]),
     'usage': ([], ['runs/try/usage/summary.json']),
     'demo': (['--config', 'test-tiny', '--steps', '20', '--n-stories', '12', '--quiet'],

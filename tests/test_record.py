@@ -12,7 +12,8 @@ from flax import nnx
 
 from sgatlin_nb.data import load_tokenizer, read_texts
 from sgatlin_nb.model import Transformer
-from sgatlin_nb.record import (SCHEMA_VERSION, CircuitDB, NeighbourIndex, build_circuit_db, encode_documents,
+from sgatlin_nb.neighbours import NeighbourIndex
+from sgatlin_nb.record import (SCHEMA_VERSION, CircuitDB, build_circuit_db, encode_documents,
                                gating_vectors, model_identity)
 from sgatlin_nb.train import PRESETS
 

@@ -84,3 +84,31 @@ def test_the_package_imports_without_the_notebook_tools():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+LAB_PHRASES = re.compile(r"\b(on |of )?this machine\b|\bour machine\b|\bopen item\b|\bour last run\b|\bload average\b"
+                         r"|\bthe issue (asked|says|wants)\b|\bthis session\b|\bas requested\b", re.I)
+
+
+def _prose_cells(nb: dict):
+    "The cells a reader sees as prose: Markdown, and code cells that render Markdown without showing their code."
+    for i, c in enumerate(nb["cells"]):
+        text = "".join(c["source"])
+        if c["cell_type"] == "markdown" or (c["cell_type"] == "code" and re.match(r"#\| echo: false", text)):
+            yield i, text
+
+
+def test_no_lab_notebook_phrases_in_prose():
+    "The site is a tutorial: its prose speaks to a reader, not about the machine or the work that made it."
+    found = [f"{p.name} cell {i}: {m.group(0)!r}" for p in NOTEBOOKS for i, text in _prose_cells(json.loads(p.read_text()))
+             for m in LAB_PHRASES.finditer(text)]
+    assert not found, found
+
+
+def test_lab_phrase_check_can_fail():
+    "The phrase check finds what it is meant to find (a check that never fires proves nothing)."
+    nb = {"cells": [{"cell_type": "markdown", "source": ["Measured on this machine."]},
+                    {"cell_type": "code", "source": ["#| echo: false\n", "Markdown(f'the load average was {x}')"]},
+                    {"cell_type": "code", "source": ["print('this machine')  # code shown as code is not prose"]}]}
+    hits = [m.group(0) for _, text in _prose_cells(nb) for m in LAB_PHRASES.finditer(text)]
+    assert hits == ["on this machine", "load average"], hits
