@@ -111,12 +111,23 @@ def _parameter_cells(nb: dict) -> list[dict]:
     return [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
 
 
+# A papermill switch is a top-level boolean `run_*` flag or an output path; `run_dir = reference_run()` is not one.
+_SWITCH = re.compile(r"^(run_\w+\s*=\s*(True|False)\b|(results_path|figure_dir)\s*=)", re.M)
+
+
+def test_switch_pattern():
+    assert _SWITCH.search("x = 1\nrun_full = False   # comment")
+    assert _SWITCH.search("results_path = 'results/a.json'")
+    assert not _SWITCH.search("run_dir = reference_run()")
+    assert not _SWITCH.search("    run_full = True")
+
+
 def test_parameters_tags_survive_nbdev_clean(tmp_path):
     "Every notebook that defines papermill switches has exactly one parameters cell, and nbdev-clean keeps its tag."
     checked = 0
     for path in sorted(NBS.glob("*.ipynb")):
         nb = json.loads(path.read_text())
-        defines_switch = any(c["cell_type"] == "code" and re.search(r"^(run_\w+|results_path|figure_dir)\s*=", "".join(c["source"]), re.M)
+        defines_switch = any(c["cell_type"] == "code" and _SWITCH.search("".join(c["source"]))
                              for c in nb["cells"])
         params = _parameter_cells(nb)
         assert len(params) <= 1, f"{path.name}: papermill only uses the first of {len(params)} parameters cells"
