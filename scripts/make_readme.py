@@ -3,7 +3,8 @@
     python scripts/make_readme.py          # regenerate README.md
     python scripts/make_readme.py --check  # fail if README.md differs from what index.ipynb gives
 
-Cells marked `#| hide` are left out and `#|` directive lines are stripped, as nbdev does.
+Cells marked `#| hide` are left out and `#|` directive lines are stripped, as nbdev does; links to
+notebooks point into nbs/, so they work from the repository root.
 """
 import re
 import sys
@@ -32,6 +33,7 @@ def readme_text() -> str:
     nb.cells = cells
     body, _ = MarkdownExporter().from_notebook_node(nb)
     body = re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
+    body = re.sub(r"\]\(([\w.-]+\.ipynb)\)", r"](nbs/\1)", body)  # the pages' links, from the repository root
     return HEADER + body
 
 

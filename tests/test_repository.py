@@ -55,12 +55,12 @@ SIDEBAR_SECTIONS = [("The layer", 0, 4), ("Training & scaling", 4, 9), ("Interpr
 def test_sidebar_lists_every_notebook_once_in_order():
     import yaml
     contents = yaml.safe_load((ROOT / "_quarto.yml").read_text())["website"]["sidebar"]["contents"]
-    assert contents[0] == "index.ipynb", "index.ipynb (the landing page) comes first in the sidebar"
-    assert [s["section"] for s in contents[1:]] == [name for name, _, _ in SIDEBAR_SECTIONS]
-    for sec, (name, lo, hi) in zip(contents[1:], SIDEBAR_SECTIONS):
+    assert contents[:2] == ["index.ipynb", "tour.ipynb"], "the landing page, then the tour, open the sidebar"
+    assert [s["section"] for s in contents[2:]] == [name for name, _, _ in SIDEBAR_SECTIONS]
+    for sec, (name, lo, hi) in zip(contents[2:], SIDEBAR_SECTIONS):
         want = [p.name for p in NOTEBOOKS if p.name[:2].isdigit() and lo <= int(p.name[:2]) < hi]
         assert sec["contents"] == want, f"sidebar section {name!r} lists {sec['contents']}, nbs/ has {want}"
-    listed = ["index.ipynb"] + [nb for sec in contents[1:] for nb in sec["contents"]]
+    listed = contents[:2] + [nb for sec in contents[2:] for nb in sec["contents"]]
     assert sorted(listed) == sorted(p.name for p in NOTEBOOKS), "every notebook in nbs/ appears once in the sidebar"
 
 
