@@ -23,7 +23,7 @@ def readme_text() -> str:
     cells = []
     for cell in nb.cells:
         lines = cell.source.splitlines()
-        if any(re.match(r"^#\|\s*hide\b", l) for l in lines):
+        if any(re.match(r"^#\|\s*(hide\b|echo:\s*false)", l) for l in lines):  # hidden, or output only (none here)
             continue
         if cell.cell_type == "code":
             cell.source = "\n".join(l for l in lines if not l.startswith("#|")).strip("\n")

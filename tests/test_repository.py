@@ -112,3 +112,36 @@ def test_lab_phrase_check_can_fail():
                     {"cell_type": "code", "source": ["print('this machine')  # code shown as code is not prose"]}]}
     hits = [m.group(0) for _, text in _prose_cells(nb) for m in LAB_PHRASES.finditer(text)]
     assert hits == ["on this machine", "load average"], hits
+
+
+def _undocumented_methods(module, notebook_text: str) -> list[str]:
+    "Public methods and properties of the classes `module` defines that its notebook never passes to `show_doc`."
+    import inspect
+    missing = []
+    for name, cls in vars(module).items():
+        if not inspect.isclass(cls) or cls.__module__ != module.__name__ or name.startswith("_"):
+            continue
+        for meth, v in vars(cls).items():
+            if not meth.startswith("_") and (inspect.isfunction(v) or isinstance(v, (classmethod, staticmethod, property))) \
+                    and f"show_doc({name}.{meth})" not in notebook_text:
+                missing.append(f"{name}.{meth}")
+    return missing
+
+
+def test_every_public_method_has_an_api_entry():
+    "nbdev documents exported classes and functions by itself, methods only through an explicit `show_doc(Class.method)`."
+    import importlib
+    missing = []
+    for nb in NOTEBOOKS:
+        text = nb.read_text()
+        m = re.search(r"#\|\s*default_exp\s+(\w+)", text)
+        if m:
+            missing += [f"{nb.name}: {x}" for x in _undocumented_methods(importlib.import_module(f"sgatlin_nb.{m.group(1)}"), text)]
+    assert not missing, f"add a `show_doc(Class.method)` cell after the class for: {missing}"
+
+
+def test_method_check_can_fail():
+    import types
+    mod = types.ModuleType("fake")
+    exec("class A:\n    def f(self): pass\n    def _g(self): pass\n    @property\n    def p(self): return 1", mod.__dict__)
+    assert _undocumented_methods(mod, "show_doc(A.f)") == ["A.p"]
