@@ -145,7 +145,7 @@ def layer_worker(variant: str, size: str, batch: int, seq_len: int, reps: int, s
     "Measure one variant alone: compile stats, forward+backward time, peak memory, optionally a train step."
     import jax, jax.numpy as jnp, optax
     from sgatlin_nb.complexity import ffw_cost
-    from sgatlin_nb.layers import lazy_adamw_rows
+    from sgatlin_nb.kernels import lazy_adamw_rows
     b = build(variant, size, batch, seq_len, {})
     fb, rest, tables, x, rows_mode = b['fb'], b['rest'], b['tables'], b['x'], b['rows_mode']
     base = rss_mib()
@@ -196,7 +196,8 @@ def sweep_worker(d_ffw: int, n_channels: int, k: int, d_model: int, tokens: int,
     "Time the parts of one sgatlin layer at one d_ffw: gate, neurons (dense / row gradients), table updates."
     import jax, jax.numpy as jnp, optax
     from flax import nnx
-    from sgatlin_nb.layers import SparselyGatedLinear, lazy_adamw_rows
+    from sgatlin_nb.kernels import lazy_adamw_rows
+    from sgatlin_nb.layers import SparselyGatedLinear
     layer = SparselyGatedLinear(d_model, d_ffw, n_channels, k, 128, rngs=nnx.Rngs(0))
     graphdef, tables, rest = nnx.split(layer, lambda path, _: path[-1] in TABLES, nnx.Param)
     x = jax.random.normal(jax.random.key(1), (tokens, d_model))

@@ -19,17 +19,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .layers import (ACTIVATIONS, Gates, SparselyGatedLinear, chunk_rows, fan_in_init, check_positive,
-                               check_sgatlin_config, gather_combine, gather_dot, scatter_outer)
+from .kernels import ACTIVATIONS, chunk_rows, gather_combine, gather_dot, scatter_outer
+from .layers import (Feedforward, Gates, ProductKeyRouter, SparselyGatedLinear, check_positive,
+                               check_sgatlin_config, fan_in_init)
 
 # %% ../nbs/02_baselines.ipynb #531c137c
 def _check_choice(name: str, value, choices):
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
-
-class _Feedforward(nnx.Module):
-    "Base of the baseline layers: the input check of the sgatlin layer."
-    _check_input = SparselyGatedLinear._check_input
 
 # %% ../nbs/02_baselines.ipynb #60663715
 MLP_ACTIVATIONS = tuple(a for a in ACTIVATIONS if a != 'none')
@@ -39,7 +36,7 @@ def check_mlp_config(d_model: int, d_ffw: int, activation: str = 'gelu'):
     check_positive(d_model=d_model, d_ffw=d_ffw)
     _check_choice('activation', activation, MLP_ACTIVATIONS)
 
-class MLP(_Feedforward):
+class MLP(Feedforward):
     "Dense feedforward layer `act(x W_in) W_out` without biases."
     def __init__(self, d_model: int, d_ffw: int, *,
                  activation: str = 'gelu',  # 'gelu' (the paper's MLP), 'relu' or 'swish'
@@ -74,7 +71,7 @@ def check_swiglu_config(d_model: int, d_ffw: int, variant: str = 'standard'):
     check_positive(d_model=d_model, d_ffw=d_ffw)
     _check_choice('variant', variant, SWIGLU_VARIANTS)
 
-class SwiGLU(_Feedforward):
+class SwiGLU(Feedforward):
     "Gated dense layer `swiglu(x W_gate, x W_up) W_down`; `variant='gpt_oss'` adds biases and clamps."
     def __init__(self, d_model: int, d_ffw: int, *,
                  variant: str = 'standard',  # 'standard' (no biases) or 'gpt_oss' (biases, clamped)
@@ -141,7 +138,7 @@ def check_moe_config(d_model: int, d_ffw: int, n_experts: int = 16, top_k: int =
     if top_k > n_experts:
         raise ValueError(f"top_k must be at most n_experts={n_experts}, got top_k={top_k}")
 
-class MoE(_Feedforward):
+class MoE(Feedforward):
     "GPT-OSS mixture of clamped-SwiGLU experts: top-k routing, softmax weights, sparse dispatch."
     def __init__(self, d_model: int, d_ffw: int, *,
                  n_experts: int = 16,             # experts in the layer
@@ -230,7 +227,7 @@ def check_peer_config(d_model: int, d_ffw: int, n_channels: int = 16, k: int = 8
     "Validate a PEER configuration (the sgatlin checks with PEER's router); return `sqrt(d_ffw)`."
     return check_sgatlin_config(d_model, d_ffw, n_channels, k, d_key, router='product_key_value')
 
-class PEER(_Feedforward):
+class PEER(ProductKeyRouter):
     "PEER: `C` heads pick `k` of `d_ffw` shared single-neuron GeLU experts by product keys, mixed by softmax."
     def __init__(self, d_model: int, d_ffw: int, *,
                  n_channels: int = 16,             # heads, each with its own queries and keys
@@ -239,30 +236,22 @@ class PEER(_Feedforward):
                  dtype=jnp.float32,                # compute dtype of the experts (routing is float32)
                  chunk_tokens: int | None = None,  # tokens per chunk of the neuron kernels (None: automatic)
                  rngs: nnx.Rngs):
-        self.n_keys = check_peer_config(d_model, d_ffw, n_channels, k, d_key)
-        self.d_model, self.d_ffw, self.n_channels, self.k, self.d_key = d_model, d_ffw, n_channels, k, d_key
-        self.router, self.dtype, self.chunk_tokens = 'product_key_value', dtype, chunk_tokens
-        C, F, D, K, R = n_channels, d_ffw, d_model, d_key, self.n_keys
-        self.w_query = nnx.Param(fan_in_init((0, 3, (1, 2)))(rngs.params(), (D, 2, C, K)))
-        self.w_key = nnx.Param(jax.random.truncated_normal(rngs.params(), -2, 2, (K, 2, C, R))
-                               / 0.87962566103423978)  # unit variance after truncation at ±2
+        check_peer_config(d_model, d_ffw, n_channels, k, d_key)
+        super().__init__(d_model, d_ffw, n_channels, k, d_key, router='product_key_value', rngs=rngs)  # w_query, w_key
+        self.dtype, self.chunk_tokens = dtype, chunk_tokens
+        F, D = d_ffw, d_model
         self.w_in = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (F, D)))
         self.w_out = nnx.Param(fan_in_init((0, 1, ()))(rngs.params(), (F, D)))
 
-    subkey_scores = SparselyGatedLinear.subkey_scores  # the sgatlin layer's PEER router, reused as is
-
     def gate(self, x) -> Gates:
         "Choose `k` experts per head for every token of `x [..., d_model]`; scores are the softmax weights."
-        top = SparselyGatedLinear.gate(self, x)
+        top = super().gate(x)  # the product-key router's raw scores
         return Gates(jax.nn.softmax(top.scores, axis=-1), top.indices)
 
     def apply_gates(self, x, gates: Gates):
         "The experts selected by `gates`, applied to `x [..., d_model]`: `[..., d_model]`."
         self._check_input(x)
-        want = (*x.shape[:-1], self.n_channels, self.k)
-        if gates.scores.shape != want or gates.indices.shape != want:
-            raise ValueError(f"gates must have shape {want} for x of shape {x.shape}, got scores "
-                             f"{gates.scores.shape} and indices {gates.indices.shape}")
+        self._check_gates(x, gates)
         x_NxD = x.reshape(-1, self.d_model).astype(self.dtype)
         J = self.n_channels * self.k
         chunk = chunk_rows(x_NxD.shape[0], J, self.d_model, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)

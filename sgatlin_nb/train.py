@@ -448,6 +448,7 @@ class MetricsLog:
         elif resume_step is None and path.exists():
             path.unlink()
     def write(self, record: dict):
+        "Append `record` (a dict with a `step`) as one JSON line, flushed at once; mirror it to W&B when attached."
         with open(self.path, 'a') as f: f.write(json.dumps(record) + '\n')
         if self.wandb is not None: self.wandb.log(record, step=record['step'])
 
