@@ -318,6 +318,22 @@ def sweep_table(results: list, n_channels: int, k: int, tokens: int) -> str:
     return '\n'.join(lines)
 
 
+def header(meta: dict) -> str:
+    return (f"layer_bench: jax {meta['jax']} on {meta['backend']}, {meta['cpu_cores']} CPU cores; "
+            f"{meta['rounds']} round(s) x {meta['reps']} reps, best kept; huge pages {'on' if meta['hugepages'] else 'off'}")
+
+
+def report(results: dict) -> str:
+    "The tables of a run from the file `--json` wrote, exactly as the run printed them."
+    meta = results['meta']
+    parts = [header(meta)] + [layer_table(size, rows, meta['batch'], meta['seq_len'])
+                              for size, rows in results['layers'].items()]
+    if results['sweep']:
+        s = SIZES['large']
+        parts.append(sweep_table(results['sweep'], s['n_channels'], s['k'], meta['batch'] * meta['seq_len']))
+    return '\n'.join(parts)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--quick', action='store_true', help='TinyStories size only, one round of 3 reps, sweep 32² and 64²')
@@ -332,6 +348,7 @@ def main():
     p.add_argument('--hugepages', action='store_true',
                    help='run the workers with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (transparent huge pages)')
     p.add_argument('--json', help='also write every measurement to this file')
+    p.add_argument('--report', metavar='JSON', help='measure nothing: print the tables of a file that --json wrote')
     p.add_argument('--worker', help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -339,12 +356,17 @@ def main():
         fn = {'layer': layer_worker, 'compare': compare_worker, 'sweep': sweep_worker}[kw.pop('kind')]
         print(json.dumps(fn(**kw)))
         return
+    if a.report:
+        print(report(json.loads(open(a.report).read())))
+        return
     if a.quick:
         a.sizes, a.rounds, a.reps, a.sweep = 'tinystories', 1, 3, '32,64'
     import jax
-    print(f"layer_bench: jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPU cores; "
-          f"{a.rounds} round(s) x {a.reps} reps, best kept; huge pages {'on' if a.hugepages else 'off'}", flush=True)
-    results = {'layers': {}, 'sweep': []}
+    meta = dict(jax=jax.__version__, backend=jax.default_backend(), cpu_cores=os.cpu_count(), rounds=a.rounds,
+                reps=a.reps, hugepages=a.hugepages, batch=a.batch, seq_len=a.seq_len,
+                command=' '.join(['python benchmarks/layer_bench.py'] + sys.argv[1:]))
+    print(header(meta), flush=True)
+    results = {'meta': meta, 'layers': {}, 'sweep': []}
     variants = [v for v in a.variants.split(',') if v]
     for v in variants:
         if v not in VARIANTS: p.error(f"--variants: {v!r} is not one of {list(VARIANTS)}")

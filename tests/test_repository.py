@@ -145,3 +145,27 @@ def test_method_check_can_fail():
     mod = types.ModuleType("fake")
     exec("class A:\n    def f(self): pass\n    def _g(self): pass\n    @property\n    def p(self): return 1", mod.__dict__)
     assert _undocumented_methods(mod, "show_doc(A.f)") == ["A.p"]
+
+
+def _readme_reports(text: str) -> list[tuple[str, str]]:
+    "Each `<!-- report: FILE -->` block of benchmarks/README.md: (the results file, the text of its code block)."
+    return re.findall(r"<!-- report: (\S+) -->\n```\n(.*?)\n```\n<!-- /report -->", text, re.S)
+
+
+def test_benchmark_readme_shows_its_results_file():
+    "The numbers in benchmarks/README.md are the report of a results file the benchmark wrote, not typed by hand."
+    blocks = _readme_reports((ROOT / "benchmarks" / "README.md").read_text())
+    assert blocks, "benchmarks/README.md has no report block"
+    for path, shown in blocks:
+        assert (ROOT / path).exists(), f"{path}, named in benchmarks/README.md, is missing"
+        res = subprocess.run([sys.executable, "benchmarks/layer_bench.py", "--report", path], cwd=ROOT,
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        assert shown == res.stdout.rstrip("\n"), (f"benchmarks/README.md's block for {path} is not what "
+                                                  f"`python benchmarks/layer_bench.py --report {path}` prints")
+
+
+def test_benchmark_report_check_can_fail():
+    text = "<!-- report: r.json -->\n```\nfwd+bwd 2.9x\n```\n<!-- /report -->\n"
+    assert _readme_reports(text) == [("r.json", "fwd+bwd 2.9x")]
+    assert _readme_reports(text.replace("```\n<!-- /report", "<!-- /report")) == []
