@@ -8,14 +8,14 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/kernels.html.md"""
 __all__ = ['ACTIVATIONS', 'chunk_rows', 'gather_dot', 'gather_combine', 'scatter_outer', 'gated_neurons', 'TouchedRows',
            'touched_rows', 'gated_neurons_touched', 'lazy_adamw_rows', 'selected_subkey_scores']
 
-# %% ../nbs/01a_kernels.ipynb #843b3a4c
+# %% ../nbs/01a_kernels.ipynb #3ccd8615
 from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-# %% ../nbs/01a_kernels.ipynb #fa601c6e
+# %% ../nbs/01a_kernels.ipynb #4e03bcb3
 ACTIVATIONS: dict[str, Callable | None] = {
     'none': None, 'relu': jax.nn.relu, 'gelu': jax.nn.gelu, 'swish': jax.nn.swish}
 

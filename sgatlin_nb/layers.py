@@ -8,7 +8,7 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/sgatlin.html.md"""
 __all__ = ['ROUTERS', 'Gates', 'check_positive', 'check_sgatlin_config', 'reference_gated_neurons', 'fan_in_init', 'Feedforward',
            'ProductKeyRouter', 'SparselyGatedLinear']
 
-# %% ../nbs/01_sgatlin.ipynb #169fa3cf
+# %% ../nbs/01_sgatlin.ipynb #7816625c
 import math
 from typing import NamedTuple
 
@@ -62,7 +62,7 @@ def reference_gated_neurons(x_NxD, scores_NxCxS, indices_NxCxS, w_in_CxFxD, w_ou
     if activation is not None: h_NxCxS = ACTIVATIONS[activation](h_NxCxS)
     return jnp.einsum('ncs,ncsd->nd', h_NxCxS, w_out_NxCxSxD)
 
-# %% ../nbs/01_sgatlin.ipynb #c50aa849
+# %% ../nbs/01_sgatlin.ipynb #cb273b99
 def fan_in_init(scale_axes, dist='truncated_normal'):
     "A fan-in variance-scaling initializer; `scale_axes` = (in_axis, out_axis, batch_axis)."
     in_axis, out_axis, batch_axis = scale_axes
@@ -81,7 +81,7 @@ def _router_scores(router, q, w_key):
         return jnp.einsum('...k,khcr->...hcr', q, w_key)
     return jnp.einsum('...hck,khcr->...hcr', q, w_key)
 
-# %% ../nbs/01_sgatlin.ipynb #b585fd57
+# %% ../nbs/01_sgatlin.ipynb #42a07609
 class Feedforward(nnx.Module):
     "Base of the package's feedforward layers: `[..., d_model]` in, `[..., d_model]` out."
     d_model: int
@@ -96,7 +96,7 @@ class Feedforward(nnx.Module):
             raise ValueError(f"gates must have shape {want} for x of shape {x.shape}, got scores "
                              f"{gates.scores.shape} and indices {gates.indices.shape}")
 
-# %% ../nbs/01_sgatlin.ipynb #d69bd4c3
+# %% ../nbs/01_sgatlin.ipynb #4430dfed
 class ProductKeyRouter(Feedforward):
     "The gating network: a query per token, per-channel product keys, and the product top-k of raw scores."
     def __init__(self, d_model: int, d_ffw: int, n_channels: int = 16, k: int = 8, d_key: int = 128, *,
@@ -141,7 +141,7 @@ class ProductKeyRouter(Feedforward):
         lead = x.shape[:-1]
         return Gates((sel_NxHxCxS[:, 0] + sel_NxHxCxS[:, 1]).reshape(*lead, C, k), top.indices.reshape(*lead, C, k))
 
-# %% ../nbs/01_sgatlin.ipynb #db69fcac
+# %% ../nbs/01_sgatlin.ipynb #8d1ea32a
 class SparselyGatedLinear(ProductKeyRouter):
     "Sparsely gated linear neurons: `C` channels, each summing `k` of `d_ffw` rank-one neurons by raw score."
     def __init__(self, d_model: int, d_ffw: int, n_channels: int = 16, k: int = 8, d_key: int = 128, *,

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from .model import Transformer
 from .record import (CircuitDB, Recording, encode_documents, gating_vectors, model_identity, record_batch,
                                reference_circuit_db, token_strings)
-from .train import load_run
+from .runs import load_run
 from .reference import reference_run
 
 # %% ../nbs/11_neighbours.ipynb #5631e46d

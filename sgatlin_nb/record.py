@@ -35,7 +35,7 @@ from tqdm import tqdm
 from .baselines import FFWConfig
 from .data import PAD, packed_ids, eot_id, read_texts, tokenizer_hash
 from .model import GATED_KINDS, Transformer
-from .train import load_run
+from .runs import load_run
 from .reference import reference_run
 
 # %% ../nbs/10_record.ipynb #69637ab7

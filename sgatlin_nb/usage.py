@@ -25,7 +25,7 @@ from scipy import stats
 
 from .data import EOT, PAD, read_texts
 from .layers import check_positive
-from .train import load_run
+from .runs import load_run
 
 # %% ../nbs/14_usage.ipynb #3ca6041e
 def _flat_indices(indices, d_ffw: int, valid=None):

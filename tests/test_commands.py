@@ -20,6 +20,7 @@ WRITES = {
     'train': ([], ['runs/try/run.json', 'runs/try/metrics.jsonl', 'runs/try/checkpoints/30', 'runs/try/checksums/30.json']),
     'eval': ([], []),
     'sample': ([], []),
+    'runs': ([], []),
     'record': (['--quiet'], ['runs/try/circuits/manifest.json', 'runs/try/circuits/tokens.parquet',
                             'runs/try/circuits/gates_layer0.parquet']),
     'neighbours': (['--quiet'], ['runs/try/neighbours/neighbours.csv', 'runs/try/neighbours/neighbours.html',
@@ -71,6 +72,8 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
         assert out['step'] == 30 and out['eval_tokens'] > 0 and out['eval_ppl'] < out['unigram_ppl'] * 5
     if name == 'sample':
         assert res.stdout.startswith('Once upon a time') and len(res.stdout.split()) > 6
+    if name == 'runs':
+        assert re.search(r'^runs/try +tinystories +sgatlin .* 30 +30 ', res.stdout, re.M), res.stdout
     if name == 'record':
         assert json.loads((workdir / 'runs/try/circuits/manifest.json').read_text())['counts']['documents'] == 32
     if name == 'demo':
