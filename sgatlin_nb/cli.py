@@ -23,9 +23,8 @@ from pathlib import Path
 import jax
 from fastcore.script import anno_parser, store_true
 
-from .train import (PRESETS, RunError, evaluate, init_distributed, make_eval_step, sample_text,
-                              train as train_run)
-from .runs import list_runs, load_run
+from .train import PRESETS, evaluate, init_distributed, make_eval_step, sample_text, train as train_run
+from .runs import RunError, list_runs, load_run
 from .data import TokenFile, unigram_cross_entropy
 from .demo import run_demo
 from .intervention import patch_experiment

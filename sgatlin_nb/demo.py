@@ -35,8 +35,8 @@ from .neighbours import write_neighbours
 from .embedding import circuit_map, map_chart, token_label
 from .record import CircuitDB, record_run
 from .reference import REFERENCE_DIR, check_reference
-from .train import PAIRED, PRESETS, RunError, TrainConfig, one_line, read_metrics, sample_text, train
-from .runs import load_run
+from .train import PAIRED, PRESETS, sample_text, train
+from .runs import RunError, TrainConfig, load_run, one_line, read_metrics
 from .usage import usage_report
 
 # %% ../nbs/16_demo.ipynb #816347ac

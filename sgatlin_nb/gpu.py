@@ -27,7 +27,8 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 from .baselines import FFWConfig
 from .complexity import ffw_cost, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
-from .train import PRESETS, TrainConfig, init_state, make_mesh, make_train_step, shard_batch, state_shardings
+from .train import PRESETS, init_state, make_mesh, make_train_step, shard_batch, state_shardings
+from .runs import TrainConfig
 
 # %% ../nbs/92_gpu.ipynb #d86a0538
 H100_BYTES = 80 * 10 ** 9        # HBM of one H100 SXM (80 GB)

@@ -30,8 +30,8 @@ from scipy.optimize import linear_sum_assignment
 
 from .data import EOT, read_texts
 from .model import Patch, Transformer
-from .train import PAIRED, RunError
-from .runs import load_run
+from .train import PAIRED
+from .runs import RunError, load_run
 
 # %% ../nbs/13_intervention.ipynb #5e2b15aa
 PAPER_NOUNS = {'ground': 'icy', 'turtle': 'slow', 'door': 'open', 'doctor': 'nice',

@@ -23,8 +23,8 @@ import numpy as np
 
 import sgatlin_nb
 from .data import EOT, TokenFile, read_texts, resolve_corpus, tokenize_corpus, unigram_cross_entropy
-from .train import PRESETS, RunError, evaluate, make_eval_step, read_metrics, sample_text, train
-from .runs import WEIGHTS, load_run, save_weights
+from .train import PRESETS, evaluate, make_eval_step, sample_text, train
+from .runs import WEIGHTS, RunError, load_run, read_metrics, save_weights
 
 # %% ../nbs/09_reference.ipynb #9c39a815
 TRAIN_FILES = ('tinystories/train_head_2316.txt', 'tinystories/random_subset_3000.txt')

@@ -30,7 +30,8 @@ from .complexity import ACCOUNTINGS, model_flops, model_params, tokens_for_budge
 from .data import read_texts, train_tokenizer
 from .layers import check_positive
 from .model import ModelConfig
-from .train import PAIRED, RunError, TrainConfig, read_metrics, train
+from .train import PAIRED, train
+from .runs import RunError, TrainConfig, read_metrics
 
 # %% ../nbs/07_scaling.ipynb #20297b91
 LADDER_KINDS = ('mlp', 'swiglu', 'moe', 'peer', 'sgatlin')

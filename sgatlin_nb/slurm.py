@@ -22,7 +22,7 @@ import papermill
 import yaml
 
 from .scaling import isoflop_chart, read_results, results_frame, sparsity_chart
-from .train import RunError
+from .runs import RunError
 
 # %% ../nbs/91_slurm.ipynb #7d6114d7
 def parse_value(text: str):

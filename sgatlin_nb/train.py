@@ -7,26 +7,21 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/train.html.md"""
 # %% auto #0
 __all__ = ['PRESETS', 'PAIRED', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses',
            'lm_loss', 'make_mesh', 'param_sharding', 'process_rows', 'shard_batch', 'first_host',
-           'slurm_distributed_args', 'init_distributed', 'TrainConfig', 'resolve_steps', 'train_batch', 'RunError',
-           'one_line', 'config_differences', 'prepare_data', 'init_state', 'state_shardings', 'make_train_step',
-           'make_eval_step', 'evaluate', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums',
-           'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'lock_run', 'MetricsLog',
-           'read_metrics', 'sample_text', 'on_process_0', 'train', 'cached_run']
+           'slurm_distributed_args', 'init_distributed', 'resolve_steps', 'train_batch', 'prepare_data', 'init_state',
+           'state_shardings', 'make_train_step', 'make_eval_step', 'evaluate', 'sample_text', 'on_process_0', 'train',
+           'cached_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import dataclasses
-import fcntl
-import hashlib
 import json
 import math
 import os
 import re
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -39,10 +34,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from tqdm import tqdm
 
 from .baselines import FFWConfig
-from .data import (BATCHINGS, PAD_TARGET, batch_at, document_batch_at, epoch_steps, eval_batches,
+from .data import (PAD_TARGET, batch_at, document_batch_at, epoch_steps, eval_batches,
                              eval_document_batches, load_tokenizer, read_texts, tokenize_corpus, tokenizer_hash,
                              train_tokenizer, unigram_cross_entropy)
 from .model import ModelConfig, Transformer, generate
+from .runs import (DamagedCheckpoint, MetricsLog, RunError, TrainConfig, check_run_dir, checkpoint_damage,
+                             checkpoint_manager, checkpoint_steps, lock_run, restore_checkpoint, set_aside,
+                             write_checksums)
 
 # %% ../nbs/06_train.ipynb #9dc12c7d
 def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fraction: float = 0.2) -> Callable:
@@ -160,49 +158,6 @@ def init_distributed(env=None, timeout_s: int | None = None) -> bool:
 
 
 # %% ../nbs/06_train.ipynb #ca7da8eb
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    "Everything that defines a training run except its data."
-    model: ModelConfig
-    batch_size: int = 16          # sequences per step (global, over all devices)
-    steps: int = 600              # optimizer steps; the schedule ends at 0 on the last one
-    lr: float = 1e-3              # peak learning rate
-    weight_decay: float = 0.1
-    warmup_steps: int = 100
-    decay_fraction: float = 0.2   # last fraction of steps with square-root decay
-    clip_norm: float = 2.0
-    b1: float = 0.9
-    b2: float = 0.95
-    grad_accum: int = 1           # micro-batches per step (batch_size must divide evenly)
-    eval_every: int = 200         # steps between held-out evaluations (and at the end)
-    eval_tokens: int = 65_536     # held-out tokens per evaluation (at most)
-    ckpt_every: int = 100         # steps between checkpoints (and at the end)
-    keep_ckpts: int = 3           # checkpoints kept on disk
-    sample_every: int = 0         # steps between text samples (0: only at the end)
-    fsdp: bool = False            # shard parameters over devices (else replicate)
-    seed: int = 0                 # parameters and data order
-    tokenizer: str = 'train'      # 'train' (BPE of model.vocab_size on the corpus), 'sgatlin', 'gpt2' or a path
-    batching: str = 'packed'      # training rows: 'packed' windows, or 'document' (one document per row, padded)
-    epochs: int = 0               # > 0: train this many passes over the training data (steps is then derived from it)
-    heldout: str = 'auto'         # 'auto' (the data's paired validation corpus, else 'hash'), 'hash' or a corpus name
-    eval_batching: str = 'packed' # held-out rows: 'packed' windows or 'document'
-
-    def __post_init__(self):
-        for name in ('batching', 'eval_batching'):
-            if getattr(self, name) not in BATCHINGS:
-                raise ValueError(f"{name} must be one of {list(BATCHINGS)}, got {getattr(self, name)!r}")
-        if self.epochs < 0: raise ValueError(f"epochs must be 0 (use steps) or a positive number of passes, got {self.epochs}")
-
-    def to_dict(self) -> dict:
-        "A JSON-ready dict."
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> 'TrainConfig':
-        "Inverse of `to_dict`."
-        m = dict(d['model']); m['ffw'] = FFWConfig(**m['ffw'])
-        return cls(**{**d, 'model': ModelConfig(**m)})
-
 def resolve_steps(cfg: TrainConfig, token_file) -> TrainConfig:
     "`cfg` with `steps` set to `epochs` passes over the training tokens when `epochs` is set; else `cfg` itself."
     if not cfg.epochs: return cfg
@@ -246,19 +201,6 @@ PRESETS['demo'] = dataclasses.replace(PRESETS['tinystories-cpu'], steps=300, war
 
 # %% ../nbs/06_train.ipynb #2fe4abd9
 PAIRED = {'tinystories': ('tinystories-train', 'tinystories-valid')}  # name: (train corpus, validation corpus)
-
-class RunError(RuntimeError):
-    "A run cannot start or continue; the message says what to do."
-
-def one_line(e: BaseException) -> str:
-    "An exception's message on one line, at most 300 characters: for errors that quote another error."
-    return ' '.join(str(e).split())[:300]
-
-def config_differences(old: dict, new: dict, prefix: str = '') -> list[str]:
-    "`key (was X, now Y)` for every dotted key whose value differs between two nested dicts."
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new)) for d in config_differences(old.get(k), new.get(k), f'{prefix}{k}.')]
-    return [] if old == new else [f'{prefix.rstrip(".")} (was {old!r}, now {new!r})']
 
 def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True):
     "Tokenizer and packed train/held-out token files for `data` in the run directory `out` (reused if present)."
@@ -335,127 +277,7 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     loss = total / max(count, 1.0)
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count)}
 
-# %% ../nbs/06_train.ipynb #5f4027bb
-def checkpoint_manager(out: Path, keep: int) -> ocp.CheckpointManager:
-    "Synchronous orbax manager for `out/checkpoints`, keeping the last `keep` steps."
-    opts = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False, create=True)
-    return ocp.CheckpointManager((out / 'checkpoints').absolute(), options=opts)
-
-def checkpoint_steps(run: str | Path) -> list[int]:
-    "The steps of a run's finished checkpoints, oldest first (an interrupted save's temporary folder is not one)."
-    d = Path(run) / 'checkpoints'
-    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()) if d.is_dir() else []
-
-def _file_sums(folder: Path) -> dict[str, list]:
-    "`relative path: [size, sha256]` of every file under `folder`."
-    sums = {}
-    for p in sorted(folder.rglob('*')):
-        if p.is_file():
-            with open(p, 'rb') as f: sums[str(p.relative_to(folder))] = [p.stat().st_size, hashlib.file_digest(f, 'sha256').hexdigest()]
-    return sums
-
-def write_checksums(run: str | Path, step: int):
-    "Record size and SHA-256 of each file of checkpoint `step` in `checksums/<step>.json`; forget steps no longer kept."
-    d = Path(run) / 'checksums'
-    d.mkdir(exist_ok=True)
-    tmp = d / f'{step}.json.partial'
-    tmp.write_text(json.dumps(_file_sums(Path(run) / 'checkpoints' / str(step))))
-    os.replace(tmp, d / f'{step}.json')
-    kept = set(checkpoint_steps(run))
-    for p in d.glob('*.json'):
-        if p.stem.isdigit() and int(p.stem) not in kept: p.unlink()
-
-def checkpoint_damage(run: str | Path, step: int) -> str | None:
-    "What differs in checkpoint `step` from its recorded checksums; None if nothing does (or nothing was recorded)."
-    folder, record = Path(run) / 'checkpoints' / str(step), Path(run) / 'checksums' / f'{step}.json'
-    if not folder.is_dir(): return 'its folder is missing'
-    if not record.exists(): return None
-    have = _file_sums(folder)
-    for name, (size, digest) in json.loads(record.read_text()).items():
-        if name not in have: return f'{name} is missing'
-        if have[name][0] != size: return f'{name} has {have[name][0]:,} bytes, {size:,} when written'
-        if have[name][1] != digest: return f'{name} changed since it was written (SHA-256 differs)'
-    return None
-
-class DamagedCheckpoint(RunError):
-    "A checkpoint that fails its checksums or that orbax cannot read."
-    def __init__(self, run, step: int, why: str):
-        self.step, self.why = step, why
-        super().__init__(f"checkpoint step {step} of {run} is damaged: {why}")
-
-def restore_checkpoint(run: str | Path, mgr: ocp.CheckpointManager, state, shardings, step: int):
-    "Checkpoint `step` restored onto the layout of `state`; `DamagedCheckpoint` if it fails its checksums or cannot be read."
-    why = checkpoint_damage(run, step)
-    if why is None:
-        abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
-        try: return mgr.restore(step, args=ocp.args.StandardRestore(abstract))
-        except Exception as e: why = f"orbax cannot read it ({type(e).__name__}: {one_line(e)})"
-    raise DamagedCheckpoint(run, step, why)
-
-def set_aside(run: Path, step: int) -> Path:
-    "Move checkpoint `step` (and its checksums) to `damaged/step-<step>[-n]` in the run; returns where it went."
-    dest = run / 'damaged' / f'step-{step}'
-    n = 1
-    while dest.exists(): dest, n = run / 'damaged' / f'step-{step}-{n}', n + 1
-    dest.parent.mkdir(exist_ok=True)
-    shutil.move(str(run / 'checkpoints' / str(step)), str(dest))
-    if (run / 'checksums' / f'{step}.json').exists(): shutil.move(str(run / 'checksums' / f'{step}.json'), str(dest / 'checksums.json'))
-    return dest
-
-def lock_run(out: Path):
-    "Hold `out/.lock` for the life of the returned file: one `train` per run directory; `RunError` naming the holder otherwise."
-    out.mkdir(parents=True, exist_ok=True)
-    f = open(out / '.lock', 'a+')
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0); holder = f.read().strip() or 'another process'
-        f.close()
-        raise RunError(f"{out} is in use by {holder}: wait for it to finish or choose another --out") from None
-    f.seek(0); f.truncate()
-    f.write(f"sgatlin train (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
-    return f
-
-def _check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool:
-    "Whether `out` holds this run to resume; `RunError` if it holds something else."
-    meta = out / 'run.json'
-    if meta.exists():
-        try: old = json.loads(meta.read_text())
-        except json.JSONDecodeError as e: raise RunError(f"{meta} is not valid JSON ({e}): repair it or choose another --out") from None
-        if not resume:
-            raise RunError(f"{out} already holds a run (data {old.get('data')!r}); pass --resume to continue it "
-                           f"or choose another --out")
-        try: was = TrainConfig.from_dict(old['config']).to_dict()  # fields added since the run was made take their defaults
-        except (KeyError, TypeError) as e: raise RunError(f"{meta} holds no readable config ({e}): choose another --out") from None
-        diff = config_differences({'config': was, 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
-        if diff:
-            raise RunError(f"{out} holds a different run, so it cannot be resumed with these settings (differs in: "
-                           f"{'; '.join(d.removeprefix('config.') for d in diff)}): resume it with its own settings or choose another --out")
-        return True
-    if out.exists() and any(p.name not in ('.lock', 'tokenizer.json', 'data') for p in out.iterdir()):  # else: an unfinished start
-        raise RunError(f"{out} is not empty and holds no sgatlin run: choose a new or empty --out")
-    return False
-
 # %% ../nbs/06_train.ipynb #d4b3d172
-class MetricsLog:
-    "Append-only JSONL metrics, truncated to a step on resumption; optionally mirrored to W&B."
-    def __init__(self, path: Path, resume_step: int | None = None, wandb_run=None):
-        self.path, self.wandb = path, wandb_run
-        if resume_step is not None and path.exists():
-            keep = [l for l in path.read_text().splitlines() if l and json.loads(l)['step'] <= resume_step]
-            path.write_text(''.join(l + '\n' for l in keep))
-        elif resume_step is None and path.exists():
-            path.unlink()
-    def write(self, record: dict):
-        "Append `record` (a dict with a `step`) as one JSON line, flushed at once; mirror it to W&B when attached."
-        with open(self.path, 'a') as f: f.write(json.dumps(record) + '\n')
-        if self.wandb is not None: self.wandb.log(record, step=record['step'])
-
-def read_metrics(out: str | Path) -> list[dict]:
-    "All records of a run's `metrics.jsonl`."
-    p = Path(out) / 'metrics.jsonl'
-    return [json.loads(l) for l in p.read_text().splitlines() if l] if p.exists() else []
-
 def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n_new: int = 64,
                 temperature: float = 0.8, seed: int = 0) -> str:
     "Continue `prompt` with the model (within its context length); greedy when `temperature` is 0."
@@ -525,7 +347,7 @@ def _resume_state(out: Path, cfg: TrainConfig, state, shardings) -> tuple[Any, i
 def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None) -> dict:
     n_proc, first = jax.process_count(), jax.process_index() == 0
     def prepare():
-        resuming = _check_run_dir(out, cfg, data, resume)
+        resuming = check_run_dir(out, cfg, data, resume)
         tokenizer, train_tf, valid_tf = prepare_data(cfg, data, out, progress)
         if tokenizer.get_vocab_size() != cfg.model.vocab_size:
             raise RunError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens but model.vocab_size is "

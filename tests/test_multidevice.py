@@ -9,7 +9,8 @@ SCRIPT = textwrap.dedent("""
     import dataclasses, json, sys, tempfile
     from pathlib import Path
     import jax
-    from sgatlin_nb.train import PRESETS, make_mesh, read_metrics, train, init_state, state_shardings
+    from sgatlin_nb.runs import read_metrics
+    from sgatlin_nb.train import PRESETS, make_mesh, train, init_state, state_shardings
     assert len(jax.devices()) == 4, jax.devices()
     cfg = dataclasses.replace(PRESETS['test-tiny'], steps=6, eval_every=6, ckpt_every=6)
     tmp = Path(tempfile.mkdtemp())

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sgatlin_nb.slurm import sbatch_script, submit, sweep_tasks
-from sgatlin_nb.train import RunError
+from sgatlin_nb.runs import RunError
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
