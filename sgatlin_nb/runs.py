@@ -218,17 +218,16 @@ def load_run(run: str | Path, step: int | None = None):
         raise RunError(f"{run} {_what_is(run)}: name a directory made by `sgatlin train`")
     cfg = TrainConfig.from_dict(json.loads((run / 'run.json').read_text())['config'])
     steps = checkpoint_steps(run)
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0))), nnx.Param)  # abstract: no memory yet
     if not steps and (run / WEIGHTS).exists():  # a run kept as its weights alone (`save_weights`)
         if step is not None and step != weights_step(run / WEIGHTS):
             raise RunError(f"{run} holds only the weights of step {weights_step(run / WEIGHTS)}, not step {step}")
-        graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0))), nnx.Param)
         return cfg, load_tokenizer(run / 'tokenizer.json'), graphdef, load_weights(run / WEIGHTS, params), weights_step(run / WEIGHTS)
     if not steps:
         raise RunError(f"{run} has no checkpoint yet: train (or resume) it first")
     if step is not None and step not in steps:
         raise RunError(f"{run} has no checkpoint at step {step}; it has steps {', '.join(map(str, steps))}")
     at = steps[-1] if step is None else step
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0))), nnx.Param)
     try:
         params = read_params(run, at, params)
     except DamagedCheckpoint as e:
