@@ -1,4 +1,4 @@
-"""The layers sgatlin is compared with: a GeLU MLP, SwiGLU (standard and GPT-OSS's clamped form), GPT-OSS's mixture of experts with truly sparse dispatch, and PEER, all built behind one configuration.
+"""The layers sgatlin is compared with (GeLU MLP, SwiGLU, GPT-OSS's mixture of experts, PEER), built behind one configuration.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/baselines.html.md"""
 

@@ -1,4 +1,4 @@
-"""Freeze the gates, the attention patterns and the RMSNorm scales of one forward pass, and the whole sgatlin transformer becomes a single linear map from its input embeddings to its logits: built, checked exactly, and used to split a prediction over the input tokens.
+"""Freeze the gates, attention patterns and RMSNorm scales of one forward pass: the sgatlin transformer becomes one linear map from input embeddings to logits.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/circuits.html.md"""
 

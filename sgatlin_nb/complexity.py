@@ -1,4 +1,4 @@
-"""Parameters, FLOPs and activation memory of every feedforward variant, the paper's complexity table, and whole-model FLOPs for isoflop budgets, all checked against the modules and against XLA's own count.
+"""Parameters, FLOPs and activation memory of every feedforward variant and of whole models, checked against the modules and XLA's own count.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/complexity.html.md"""
 

@@ -1,4 +1,4 @@
-"""From a corpus name to deterministic training batches: find the text, read its documents, train or load a BPE tokenizer, pack the tokens once into a memory-mapped file, and draw batches that depend only on (seed, step).
+"""From a corpus name to deterministic training batches: read the documents, train or load a BPE tokenizer, pack the tokens once into a memory-mapped file, and draw batches that depend only on (seed, step).
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/data.html.md"""
 

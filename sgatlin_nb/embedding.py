@@ -1,4 +1,4 @@
-"""Circuits form clusters: the sparse gating vectors of the most frequent tokens of held-out stories, embedded per layer with UMAP and coloured by token groups, and a neighbour count of how much of that structure the groups explain.
+"""Circuits form clusters: gating vectors of frequent tokens of held-out stories, embedded per layer with UMAP, and a count of how much of that structure token groups explain.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/embedding.html.md"""
 

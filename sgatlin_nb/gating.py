@@ -1,4 +1,4 @@
-"""Pick the k best of n² neurons while looking at only 2n scores: the gating trick at the heart of sgatlin, proved equal to brute force.
+"""Pick the k best of n² neurons from only 2n scores: the gating trick at the heart of sgatlin, proved equal to brute force.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/gating.html.md"""
 

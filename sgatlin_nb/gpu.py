@@ -1,4 +1,4 @@
-"""Every paper-scale run lowered for CUDA on an 8-device FSDP mesh without a GPU, with its parameters, FLOPs and per-device memory, and one guarded command that times the TinyStories model on a real GPU.
+"""Every paper-scale training step lowered for CUDA on an 8-device FSDP mesh without a GPU, its memory per device, and a guarded timing run on a real GPU.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/gpu.html.md"""
 

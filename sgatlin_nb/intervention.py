@@ -1,4 +1,4 @@
-"""The paper's patching experiment (its 8 nouns, all 56 pairs, prompts that begin with the end-of-text token), the gates of a counterfactual prompt patched into a clean run at every layer and position, the normalized indirect effect with bootstrap intervals, and noun-adjective pairs mined from the stories as an extension.
+"""A counterfactual prompt's gates patched into a clean run at every layer and position, the normalized indirect effect with bootstrap intervals, and pairs mined from the stories.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/intervention.html.md"""
 

@@ -1,4 +1,4 @@
-"""What makes `SparselyGatedLinear` fast: chunked neurons with a hand-written backward pass, row-sparse table gradients, a lazy AdamW for the touched rows, and the gate's sparse backward pass, each tested equal to the plain formulation.
+"""The kernels behind `SparselyGatedLinear`: chunked neurons, row-sparse table gradients, a lazy AdamW and a sparse gate backward pass, each tested equal to the plain code.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/kernels.html.md"""
 

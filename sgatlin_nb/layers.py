@@ -1,4 +1,4 @@
-"""Sparsely gated linear neurons: a gating network picks, per token and channel, k of d_ffw rank-one linear neurons and sums them weighted by their raw scores.
+"""Sparsely gated linear neurons: per token and channel, a gate picks k of d_ffw rank-one neurons, summed by their raw scores.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/sgatlin.html.md"""
 

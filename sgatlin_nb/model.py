@@ -1,4 +1,4 @@
-"""A decoder-only language model around any feedforward layer, with pre-norm RMSNorm, rotary positions and tied embeddings, that can record every layer's gates and run with gates patched in: all in one jittable call.
+"""A decoder-only language model around any feedforward layer that records every layer's gates and runs with gates patched in, in one jittable call.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/transformer.html.md"""
 

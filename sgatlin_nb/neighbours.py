@@ -1,4 +1,4 @@
-"""What a circuit does, read off the circuits nearest to it: for each token of a new sentence, the ten recorded circuits of held-out stories with the closest gating vectors, their contexts and predictions, and which neurons and sub-keys they share.
+"""What a circuit does, read off its nearest recorded circuits: their tokens, contexts and predictions, and the neurons and sub-keys they share.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/neighbours.html.md"""
 
@@ -100,10 +100,6 @@ class NeighbourIndex:
                              f"its cosine distance is undefined")
         q = gating_vectors(idx, np.where(in_ch[None, :, None], sc, 0.0) / qnorm_Q[:, None, None], self.d_ffw)
         q.eliminate_zeros()
-        rescale_N = None  # restricted to some channels, rows are renormalized over those channels
-        if not in_ch.all():
-            with np.errstate(divide='ignore'):
-                rescale_N = np.sqrt(self.sq_NxC.sum(1) / self.sq_NxC[:, in_ch].sum(1)).astype(np.float32)
         rescale_N = None  # restricted to some channels, rows are renormalized over those channels
         if not in_ch.all():
             with np.errstate(divide='ignore'):

@@ -1,4 +1,4 @@
-"""Record every layer's gates of a model over a corpus into a versioned Parquet circuit database, and find the exact nearest circuits of any token by the cosine distance of its sparse gating vector.
+"""Record every layer's gates of a model over a corpus into a versioned Parquet circuit database.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/record.html.md"""
 

@@ -1,4 +1,4 @@
-"""One trained 4-layer sgatlin model, committed with the package, that every interpretability page studies: how it is made, what is in its manifest, and how to load it.
+"""The trained 4-layer sgatlin model, committed with the package, that every interpretability page studies: how it is made, checked and loaded.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/reference.html.md"""
 

@@ -1,4 +1,4 @@
-"""The run directory that training writes and every analysis reads: what a run is (`TrainConfig`), its layout, one writer at a time, checkpoints that can prove they are intact, the metrics log; then reading a run back, listing the runs in a folder, and a run kept as its weights alone.
+"""The run directory that training writes and every analysis reads: config, layout, lock, checksummed checkpoints, metrics; then loading, listing, and a run kept as its weights alone.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/runs.html.md"""
 

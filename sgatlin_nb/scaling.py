@@ -1,4 +1,4 @@
-"""The paper's scaling ladder with the parameters and FLOPs of every rung, an isoflop planner in both FLOP accountings, and an isoflop sweep that really runs on a CPU, with its perplexities plotted as in the paper's figures 1 and 3.
+"""The paper's scaling ladder, an isoflop planner in both FLOP accountings, and an isoflop sweep that runs on a CPU, drawn as the paper's figures 1 and 3.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/scaling.html.md"""
 

@@ -1,4 +1,4 @@
-"""Run a notebook with papermill on a Slurm cluster: one job, or a job array with one task per point of a parameter grid, and a collection step that merges the tasks' results into one file and draws the figures.
+"""Run a notebook with papermill on Slurm: one job, or a job array over a parameter grid, then a step that merges the results and draws the figures.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/slurm.html.md"""
 
@@ -151,7 +151,7 @@ def collect(files, out: str | Path, log=print) -> Path:
 # %% ../nbs/91_slurm.ipynb #43207057
 def collect_script(files, out: str | Path, *, run_dir: str | Path, job_name: str, partition: str | None = None,
                    account: str | None = None, setup: str | None = None, time: str = '01:00:00') -> str:
-    "The sbatch script of the collection step: `collect(files, out)` on one CPU (submit it with a dependency)."
+    "The sbatch script of the collection step: `collect(files, out)` as one small CPU task (submit it with a dependency)."
     code = f"from sgatlin_nb.slurm import collect; collect({json.dumps([str(f) for f in files])}, {json.dumps(str(out))})"
     head = [f'--job-name={job_name}-collect', '--ntasks=1', '--cpus-per-task=2', f'--time={time}',
             f'--output={Path(run_dir).absolute()}/collect-%j.log']

@@ -1,4 +1,4 @@
-"""AdamW with a warmup-stable-sqrt-decay schedule, a resumable and sharded training loop, checkpoints with orbax, held-out perplexity and samples: from a packed token file to a checkpoint.
+"""AdamW with a warmup-stable-sqrt-decay schedule, and a resumable, sharded training loop with orbax checkpoints, held-out perplexity and samples.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/train.html.md"""
 

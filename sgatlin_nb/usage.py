@@ -1,4 +1,4 @@
-"""Does the gate use all the neurons it is given, how evenly, and which neurons fire together: usage fractions, Gini coefficients and the coactivation structure that product keys create.
+"""Does the gate use all its neurons, how evenly, and which fire together: usage fractions, Gini coefficients and the coactivation structure that product keys create.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/usage.html.md"""
 

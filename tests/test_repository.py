@@ -169,3 +169,50 @@ def test_benchmark_report_check_can_fail():
     text = "<!-- report: r.json -->\n```\nfwd+bwd 2.9x\n```\n<!-- /report -->\n"
     assert _readme_reports(text) == [("r.json", "fwd+bwd 2.9x")]
     assert _readme_reports(text.replace("```\n<!-- /report", "<!-- /report")) == []
+
+
+
+def _parameter_problems(nb: dict) -> list[str]:
+    """What stops a notebook's papermill parameters from doing what they say.
+
+    A parameter that a later cell redefines (a `def`, `class` or import of the same name) is silently replaced, so
+    `if run_x:` would test a function; and a page with `#| gpu` cells must offer `run_full = False`, the one switch
+    the README tells a GPU user to turn on."""
+    import ast
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    first = next((i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", [])), None)
+    params = {}
+    for c in nb["cells"]:
+        if "parameters" in c["metadata"].get("tags", []):
+            for node in ast.parse("".join(c["source"])).body:
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                    params[node.targets[0].id] = ast.literal_eval(node.value) if isinstance(node.value, ast.Constant) else ...
+    problems = []
+    later = [c for i, c in enumerate(nb["cells"]) if first is not None and i > first and c["cell_type"] == "code"]
+    for c in later:
+        src = "\n".join(l for l in "".join(c["source"]).splitlines() if not l.lstrip().startswith(("%", "!")))
+        for node in ast.parse(src).body:
+            names = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
+                [(a.asname or a.name).split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+            problems += [f"parameter {n} is redefined by a later cell" for n in names if n in params]
+    if any(re.match(r"#\|\s*gpu\b", s) for s in code) and params.get("run_full") is not False:
+        problems.append("has #| gpu cells but no `run_full = False` parameter")
+    return problems
+
+
+def test_notebook_parameters_do_what_they_say():
+    found = [f"{p.name}: {msg}" for p in NOTEBOOKS for msg in _parameter_problems(json.loads(p.read_text()))]
+    assert not found, found
+
+
+def test_parameter_check_can_fail():
+    def nb(*cells):
+        return {"cells": [{"cell_type": "code", "metadata": {"tags": ["parameters"]} if i == 0 else {}, "source": [s]}
+                          for i, s in enumerate(cells)]}
+    assert _parameter_problems(nb("run_sweep = False", "def run_sweep(x): pass", "if run_sweep: run_sweep(1)")) == \
+        ["parameter run_sweep is redefined by a later cell"]
+    assert _parameter_problems(nb("retrain = False", "from m import run_full as retrain")) == \
+        ["parameter retrain is redefined by a later cell"]
+    assert _parameter_problems(nb("run_paper = False", "#| gpu\nif run_paper: pass")) == \
+        ["has #| gpu cells but no `run_full = False` parameter"]
+    assert _parameter_problems(nb("run_full = False", "#| gpu\nif run_full: pass")) == []

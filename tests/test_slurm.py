@@ -150,7 +150,7 @@ def test_papermill_runs_07_scaling_with_tiny_parameters(tmp_path, data_dir):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     papermill.execute_notebook(
         str(SCALING), str(out), kernel_name="python3", cwd=str(NBS), progress_bar=False,
-        parameters=dict(run_sweep=True, results_path=str(results), budgets=[1e11], variants=["mlp", "sgatlin"], scales=[1],
+        parameters=dict(retrain_cpu=True, results_path=str(results), budgets=[1e11], variants=["mlp", "sgatlin"], scales=[1],
                         corpora=["tinystories"], extra_corpus=None, lr_grid=[], work_dir=str(tmp_path / "runs")))
     runs = json.loads(results.read_text())["runs"]
     assert [(r["variant"], r["scale"], r["budget"]) for r in runs] == [("mlp", 1, 1e11), ("sgatlin", 1, 1e11)]
