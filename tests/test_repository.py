@@ -171,7 +171,6 @@ def test_benchmark_report_check_can_fail():
     assert _readme_reports(text.replace("```\n<!-- /report", "<!-- /report")) == []
 
 
-
 def _parameter_problems(nb: dict) -> list[str]:
     """What stops a notebook's papermill parameters from doing what they say.
 
@@ -179,23 +178,21 @@ def _parameter_problems(nb: dict) -> list[str]:
     `if run_x:` would test a function; and a page with `#| gpu` cells must offer `run_full = False`, the one switch
     the README tells a GPU user to turn on."""
     import ast
-    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    first = next((i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", [])), None)
-    params = {}
-    for c in nb["cells"]:
-        if "parameters" in c["metadata"].get("tags", []):
-            for node in ast.parse("".join(c["source"])).body:
-                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-                    params[node.targets[0].id] = ast.literal_eval(node.value) if isinstance(node.value, ast.Constant) else ...
+    tagged = [i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", [])]
+    params = {n.targets[0].id: getattr(n.value, "value", None) for i in tagged
+              for n in ast.parse("".join(nb["cells"][i]["source"])).body
+              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
     problems = []
-    later = [c for i, c in enumerate(nb["cells"]) if first is not None and i > first and c["cell_type"] == "code"]
-    for c in later:
+    for c in nb["cells"][tagged[0] + 1:] if tagged else []:
+        if c["cell_type"] != "code":
+            continue
         src = "\n".join(l for l in "".join(c["source"]).splitlines() if not l.lstrip().startswith(("%", "!")))
         for node in ast.parse(src).body:
             names = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else \
                 [(a.asname or a.name).split(".")[0] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
             problems += [f"parameter {n} is redefined by a later cell" for n in names if n in params]
-    if any(re.match(r"#\|\s*gpu\b", s) for s in code) and params.get("run_full") is not False:
+    has_gpu = any(c["cell_type"] == "code" and re.match(r"#\|\s*gpu\b", "".join(c["source"])) for c in nb["cells"])
+    if has_gpu and params.get("run_full", True) is not False:
         problems.append("has #| gpu cells but no `run_full = False` parameter")
     return problems
 
