@@ -61,9 +61,16 @@ fi
 
 echo "== nbdev-test (notebooks, CPU), on a copy of the repository that keeps the outputs for the docs check"
 EXECUTED=$(mktemp -d "${TMPDIR:-/tmp}/sgatlin_executed.XXXXXX")
-trap 'rm -rf "$EXECUTED"' EXIT
-bash scripts/execute_nbs.sh "$EXECUTED" --n-workers 2 --timing
+NB_LOG="$EXECUTED.log"
+trap 'rm -rf "$EXECUTED" "$NB_LOG"' EXIT
+# --timing prints "NAME.ipynb: N secs" per notebook as each finishes, and --cell-timing-min every cell slower than 30 s;
+# the log (pipefail keeps nbdev-test's exit status through tee) is sorted, slowest first, below.
+bash scripts/execute_nbs.sh "$EXECUTED" --n-workers 2 --timing --cell-timing-min 30 2>&1 | tee "$NB_LOG"
+echo "== notebooks, slowest first (seconds)"
+grep -E '^[^ ]+\.ipynb: [0-9.]+ secs$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+) secs$/\2 \1/' | sort -k1,1nr | awk '{printf "%8.0f  %s\n", $1, $2}' || true
+echo "== cells slower than 30 s, slowest first (seconds)"
+grep -E '^[^ ]+\.ipynb:[^ ]+: [0-9.]+s$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+)s$/\2 \1/' | sort -k1,1nr | awk '{printf "%8.1f  %s\n", $1, $2}' || true
 export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
-"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider
+"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider --durations=15  # and the 15 slowest tests

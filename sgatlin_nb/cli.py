@@ -6,7 +6,7 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/cli.html.md"""
 
 # %% auto #0
 __all__ = ['COMMANDS', 'PARSERS', 'EXAMPLES', 'RENAMED', 'train', 'eval', 'sample', 'runs', 'patch', 'usage', 'record',
-           'neighbours', 'map', 'demo', 'submit', 'command_parser', 'main', 'submit_dry_run']
+           'neighbours', 'map', 'demo', 'submit', 'status', 'command_parser', 'main', 'submit_dry_run']
 
 # %% ../nbs/90_cli.ipynb #8c8d4c3d
 import contextlib
@@ -24,7 +24,7 @@ import jax
 from fastcore.script import anno_parser, store_true
 
 from .train import PRESETS, evaluate, init_distributed, make_eval_step, sample_text, train as train_run
-from .runs import RunError, list_runs, load_run
+from .runs import Preempted, RunError, list_runs, load_run
 from .data import TokenFile, unigram_cross_entropy
 from .demo import run_demo
 from .intervention import patch_experiment
@@ -66,9 +66,10 @@ def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystor
 
 def _exit_task(e: BaseException):
     "End this task of a multi-task run at once: waiting to shut down with a dead peer would only hang until a timeout."
-    print(f"sgatlin train: error: {' '.join(str(e).split())[:2000]}", file=sys.stderr, flush=True)
+    message = ' '.join(str(e).split())[:2000]
+    print(f"sgatlin train: {message}" if isinstance(e, Preempted) else f"sgatlin train: error: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
-    os._exit(2 if isinstance(e, RunError) else 1)
+    os._exit(e.exit_status if isinstance(e, Preempted) else 2 if isinstance(e, RunError) else 1)
 
 # %% ../nbs/90_cli.ipynb #dca12f65
 def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
@@ -242,13 +243,15 @@ def submit(notebook: str,                 # notebook to run (it needs a cell tag
            results_param: str = None,     # parameter naming each task's results file, collected after the array
            dry_run: bool = False,         # print the sbatch scripts instead of submitting
            nodes: int = 1, tasks_per_node: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 16,
-           time: str = '24:00:00', partition: str = None, account: str = None,
-           out: str = 'slurm', job_name: str = None, setup: str = None):
+           time: str = '24:00:00', signal_s: int = 300, partition: str = None, account: str = None,
+           out: str = 'slurm', run_dir: str = None, job_name: str = None, setup: str = None,
+           wait: bool = False):           # wait for the jobs and report each task
     "Run a notebook on Slurm with papermill: one job, or a job array over the --sweep values."
     from sgatlin_nb.slurm import submit as slurm_submit
     return slurm_submit(notebook, param or (), sweep=sweep or (), results_param=results_param, dry_run=dry_run,
                         nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=time,
-                        partition=partition, account=account, out_dir=out, job_name=job_name, setup=setup)
+                        signal_s=signal_s, partition=partition, account=account, out_dir=out, run_dir=run_dir, job_name=job_name,
+                        setup=setup, wait=wait)
 
 def _submit_parser():
     "argparse for `sgatlin submit`, with repeatable -p and --sweep."
@@ -259,16 +262,26 @@ def _submit_parser():
     p.add_argument('--sweep', action='append', metavar='KEY=V1,V2', help="one array task per combination (repeatable)")
     p.add_argument('--results-param', help="parameter naming each task's results file; a follow-up job collects them")
     p.add_argument('--dry-run', action='store_true', help="print the sbatch scripts instead of submitting")
+    p.add_argument('--wait', action='store_true', help="wait for the jobs, print each task's state and a failed task's log")
     for name, typ, default in [('nodes', int, 1), ('tasks-per-node', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
                                ('time', str, '24:00:00'), ('partition', str, None), ('account', str, None),
                                ('job-name', str, None), ('setup', str, None)]:
         p.add_argument(f'--{name}', type=typ, default=default, help=f"(default: {default})")
-    p.add_argument('--out', default='slurm', help="folder for the sbatch scripts, task folders and logs (default: slurm)")
+    p.add_argument('--signal-s', type=int, default=300,
+                   help="seconds before the time limit when a task requeues itself, to resume later (default: 300)")
+    p.add_argument('--out', default='slurm', help="folder for the run folders (default: slurm)")
+    p.add_argument('--run-dir', help="the run folder (default: OUT/<job name>-<date-time>); "
+                                     "submitting to it again skips the tasks done")
     return p
+
+def status(run_dir: str):  # a run folder written by `sgatlin submit`
+    "Each task of a submitted run: Slurm state and exit code, and the end of a failed task's log."
+    from sgatlin_nb.slurm import report_run
+    return report_run(run_dir)
 
 # %% ../nbs/90_cli.ipynb #7edc1b5d
 COMMANDS = {'train': train, 'eval': eval, 'sample': sample, 'runs': runs, 'record': record, 'neighbours': neighbours, 'map': map,
-            'patch': patch, 'usage': usage, 'demo': demo, 'submit': submit}
+            'patch': patch, 'usage': usage, 'demo': demo, 'submit': submit, 'status': status}
 PARSERS = {'submit': _submit_parser}
 EXAMPLES = {
     'train': 'sgatlin train --config test-tiny --out runs/try --steps 30',
@@ -282,6 +295,7 @@ EXAMPLES = {
     'usage': 'sgatlin usage --run runs/try --out runs/try/usage --n-stories 16 --n-neurons 64',
     'demo': 'sgatlin demo --out runs/demo',
     'submit': 'sgatlin submit nbs/07_scaling.ipynb -p run_full=True --sweep paper_scales=2,5 --dry-run',
+    'status': 'sgatlin status slurm/iso',
 }
 RENAMED = {'eval': {'--out': '--run'}, 'sample': {'--out': '--run'}, 'patch': {'--results': '--out'},
            'usage': {'--report': '--out'}, 'submit': {'--out-dir': '--out'}}  # old spelling: new spelling
@@ -314,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     args = command_parser(name).parse_args(argv[1:])
     try:
         func(**{k: v for k, v in vars(args).items() if k in inspect.signature(func).parameters})
+    except Preempted as e:  # stopped by a signal with a checkpoint saved: not an error; the status names the signal
+        print(f"sgatlin {name}: {' '.join(str(e).split())}", file=sys.stderr)
+        return e.exit_status
     except (RunError, ValueError, OSError, ImportError) as e:
         print(f"sgatlin {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2

@@ -218,4 +218,7 @@ def generate(model: Transformer, prompt_tokens, n_new: int, *,
         raise ValueError(f"temperature must be 0 (greedy) or positive with an rng key, got {temperature} and rng={rng}")
     buffer_BxT = jnp.zeros((B, P + n_new), jnp.int32).at[:, :P].set(prompt_BxP)
     rng = jax.random.key(0) if rng is None else rng
+    if model.cfg.remat:  # rematerialization saves memory for the backward pass only, and nnx.remat cannot run inside the loop
+        model = nnx.merge(*nnx.split(model))  # a view of the same parameters
+        model.cfg = dataclasses.replace(model.cfg, remat=False)
     return _generate(model, buffer_BxT, jnp.float32(temperature), rng, P)

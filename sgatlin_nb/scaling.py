@@ -6,9 +6,11 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/scaling.html.md"""
 
 # %% auto #0
 __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDER', 'PAPER_RECIPE', 'CPU_RECIPE',
-           'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan',
-           'Point', 'Protocol', 'paper_protocol', 'paper_points', 'corpus_tokenizer', 'run_point', 'read_results',
-           'run_sweep', 'results_frame', 'best_points', 'isoflop_chart', 'sparsity_chart']
+           'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
+           'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol',
+           'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point',
+           'read_results', 'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart',
+           'sparsity_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -20,6 +22,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import altair as alt
 import jax
@@ -175,6 +178,17 @@ class Protocol:
         return {'ladder': dataclasses.asdict(self.ladder), 'recipe': self.recipe.to_dict(),
                 'accounting': self.accounting, 'warmup_fraction': self.warmup_fraction}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> 'Protocol':
+        "Inverse of `to_dict`; a field added since `d` was written takes its default."
+        ladder = Ladder(**{k: tuple(v) if isinstance(v, list) else v for k, v in d['ladder'].items()})
+        return cls(ladder, TrainConfig.from_dict(d['recipe']), **{k: d[k] for k in ('accounting', 'warmup_fraction') if k in d})
+
+def same_protocol(a: dict, b: dict) -> bool:
+    "Whether two protocol dicts describe the same protocol: a field one of them lacks counts as holding its default."
+    try: return Protocol.from_dict(a).to_dict() == Protocol.from_dict(b).to_dict()
+    except (KeyError, TypeError): return False  # a field that no longer exists: another protocol
+
 # %% ../nbs/07_scaling.ipynb #98482524
 PAPER_RECIPE = TrainConfig(
     ModelConfig(GPT2_VOCAB, 128, 2, PAPER_SEQ, FFWConfig('mlp', 128, 256), qk_norm=True, dtype='bfloat16', remat=True),
@@ -196,17 +210,44 @@ PAPER_GRID = {  # budget: (batch size, sequence length, scales of each variant),
     6e18: (128, 2048, dict.fromkeys(LADDER_KINDS, (5, 6, 7, 8))),
 }
 
-def paper_protocol(budget: float) -> Protocol:
-    "The protocol of one of the paper's budgets: `PAPER_RECIPE` at that budget's batch size and sequence length."
-    if budget not in PAPER_GRID: raise ValueError(f"budget must be one of the paper's {list(PAPER_GRID)}, got {budget!r}")
-    batch, seq, _ = PAPER_GRID[budget]
-    recipe = dataclasses.replace(PAPER_RECIPE, batch_size=batch, model=dataclasses.replace(PAPER_RECIPE.model, seq_len=seq))
-    return Protocol(PAPER_LADDER, recipe, accounting='paper')
+# The paper's path shrunk to seconds on a CPU: the authors' baseline forms on the CPU ladder, the paper's recipe at a
+# context of 64 and a few steps, web text standing in for SlimPajama, two budgets, every variant at one or two rungs.
+MINI_LADDER = dataclasses.replace(CPU_LADDER, swiglu_variant='gpt_oss', moe_softmax_over='all', moe_router_bias=False)
+MINI_RECIPE = dataclasses.replace(PAPER_RECIPE, warmup_steps=2, eval_every=10 ** 6, eval_tokens=4096, ckpt_every=10,
+                                  heldout='hash')
+MINI_CORPUS = 'webtext-train'
+MINI_GRID = {
+    2e9: (4, 64, dict.fromkeys(LADDER_KINDS, (1,))),
+    6e9: (8, 64, dict.fromkeys(LADDER_KINDS, (1, 2))),
+}
 
-def paper_points(budget: float, corpus: str, variants=LADDER_KINDS, scales=None) -> list[Point]:
+def paper_protocol(budget: float, miniature: bool = False) -> Protocol:
+    "The protocol of one of the paper's budgets: `PAPER_RECIPE` at that budget's batch size and sequence length."
+    grid, ladder, recipe = (MINI_GRID, MINI_LADDER, MINI_RECIPE) if miniature else (PAPER_GRID, PAPER_LADDER, PAPER_RECIPE)
+    if budget not in grid:
+        raise ValueError(f"budget must be one of the {'miniature' if miniature else 'paper'}'s {list(grid)}, got {budget!r}")
+    batch, seq, _ = grid[budget]
+    recipe = dataclasses.replace(recipe, batch_size=batch, model=dataclasses.replace(recipe.model, seq_len=seq))
+    return Protocol(ladder, recipe, accounting='paper')
+
+def paper_points(budget: float, corpus: str, variants=LADDER_KINDS, scales=None, miniature: bool = False) -> list[Point]:
     "The points of the authors' sweep at `budget` (optionally only `variants` and `scales`)."
-    _, _, grid = PAPER_GRID[budget]
+    _, _, grid = (MINI_GRID if miniature else PAPER_GRID)[budget]
     return [Point(corpus, budget, v, s) for v in variants for s in grid[v] if scales is None or s in scales]
+
+def paper_grid(corpus: str, budgets=None, variants=LADDER_KINDS, scales=None, miniature: bool = False) -> list[Point]:
+    "Every point of the paper's isoflop sweep (or its miniature), budget by budget: a Slurm array task trains one."
+    listed = lambda x: x if x is None or isinstance(x, (list, tuple)) else [x]  # a sweep passes single values
+    budgets, variants, scales = listed(budgets), listed(variants), listed(scales)
+    return [p for b in (budgets or (MINI_GRID if miniature else PAPER_GRID)) for p in paper_points(b, corpus, variants, scales, miniature)]
+
+def paper_line(miniature: bool = False) -> str:
+    "The `sgatlin submit` line of the paper's sweep: one array task per point, then a job that merges and draws."
+    n = len(paper_grid(MINI_CORPUS, miniature=True) if miniature else paper_grid('slimpajama-train'))
+    return ("sgatlin submit nbs/07_scaling.ipynb -p run_full=True" + (" -p miniature=True" if miniature else "")
+            + " -p 'paper_results_path={task_dir}/isoflop.json' -p 'paper_work_dir={task_dir}/runs'"
+            f" --sweep paper_point=0:{n} --results-param paper_results_path --run-dir runs/isoflop-paper"
+            + ("-miniature" if miniature else "") + " --gpus-per-node 8 --time 24:00:00")
 
 # %% ../nbs/07_scaling.ipynb #169a5203
 def corpus_tokenizer(corpus: str, vocab_size: int, folder: str | Path) -> Path:
@@ -256,31 +297,57 @@ def run_sweep(points: list[Point], protocol: Protocol, results_path: str | Path,
     results_path = Path(results_path)
     proto = json.loads(json.dumps(protocol.to_dict()))
     results = read_results(results_path) if results_path.exists() else {'protocol': proto, 'runs': []}
-    if results['protocol'] != proto:
+    if not same_protocol(results['protocol'], proto):
         raise ValueError(f"{results_path} holds runs of another protocol: choose another results_path or move it aside")
+    results['protocol'] = proto  # written in full: fields added since the file was made hold their defaults
     done = {r['key'] for r in results['runs']}
     todo = list({p.key: p for p in points if p.key not in done}.values())
     for p in todo: protocol.config(p)  # an impossible point fails here, before anything trains
+    results['pending'] = [p.key for p in todo]  # what a merge names as missing if this sweep stops early
+    if todo and jax.process_index() == 0: _write_json(results_path, results)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix='isoflop-'))
     for i, p in enumerate(todo):
         tok = corpus_tokenizer(p.corpus, protocol.recipe.model.vocab_size, work / 'tokenizers') \
             if protocol.recipe.tokenizer == 'train' else None
         record = run_point(p, protocol, work / p.key, tok)
         results['runs'].append(record)
+        results['pending'].remove(p.key)
         if jax.process_index() == 0: _write_json(results_path, results)
         if not keep_runs: shutil.rmtree(work / p.key, ignore_errors=True)
         result = f"error: {record['error']}" if record['error'] else f"held-out ppl {record['eval_ppl']:.2f}"
         if log: log(f"[{i + 1}/{len(todo)}] {p.key}: {record['steps']} steps, {result}, {record['wall_s']:.0f} s")
     return results['runs']
 
+def merge_results(files, out: str | Path, log=print) -> dict:
+    "Merge sweep results files into `out`, one part per protocol (a budget of the paper's grid), naming what is missing."
+    files = [Path(f) for f in files]
+    parts, missing = [], [str(f) for f in files if not f.exists()]
+    for f in files:
+        if not f.exists(): continue
+        res = read_results(f)
+        part = next((q for q in parts if same_protocol(q['protocol'], res['protocol'])), None)
+        if part is None: parts.append(part := {'protocol': res['protocol'], 'runs': []})
+        seen = {r['key'] for r in part['runs']}
+        part['runs'] += [r for r in res['runs'] if r['key'] not in seen]
+        missing += [k for k in res.get('pending', []) if k not in seen | {r['key'] for r in res['runs']}]
+    if not parts: raise RunError(f"none of the {len(files)} results files exists yet: nothing to merge")
+    merged = {'parts': parts, 'missing': missing}
+    if jax.process_index() == 0: _write_json(Path(out), merged)
+    if log:
+        log(f"merged {sum(len(q['runs']) for q in parts)} runs of {len(parts)} protocol(s) into {out}"
+            + (f"; missing {len(missing)}: {', '.join(missing)}" if missing else ''))
+    return merged
+
 # %% ../nbs/07_scaling.ipynb #fb148145
 def results_frame(results: dict) -> pd.DataFrame:
-    "The runs of a results file as a table, with compute sparsity and a `main` flag for the sweep's own runs."
-    df = pd.DataFrame(results['runs'])
-    proto = results['protocol']
-    df['params_per_flop'] = df.params / df[f"flops_{proto['accounting']}"]
-    df['main'] = (df.lr == proto['recipe']['lr']) & df.activation.isna() & (df.router == 'product_dense') & (df.seed == 0)
-    return df
+    "The runs of a results file (or of each part of a merged one) as a table, with compute sparsity and a `main` flag for the sweep's own runs."
+    frames = []
+    for part in results.get('parts', [results]):
+        df, proto = pd.DataFrame(part['runs']), part['protocol']
+        df['params_per_flop'] = df.params / df[f"flops_{proto['accounting']}"]
+        df['main'] = (df.lr == proto['recipe']['lr']) & df.activation.isna() & (df.router == 'product_dense') & (df.seed == 0)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
 
 def best_points(df: pd.DataFrame) -> pd.DataFrame:
     "Each variant's best main run per corpus and budget: its isoflop optimum."
@@ -312,3 +379,12 @@ def sparsity_chart(df: pd.DataFrame, corpus: str) -> alt.LayerChart:
         color=alt.Color('variant:N', sort=list(LADDER_KINDS)), tooltip=_TOOLTIP,
         shape=alt.Shape('budget:O', title='budget', legend=alt.Legend(labelExpr=_BUDGET_LABEL)))
     return (lines + dots).properties(width=380, height=260, title=f'Best perplexity against compute sparsity ({corpus})')
+
+# %% ../nbs/07_scaling.ipynb #8c87847d
+def sweep_flops(points, protocol_of: Callable) -> float:
+    "Training FLOPs (full accounting) of `points`; `protocol_of(budget)` gives the protocol each trains with."
+    total = 0.0
+    for p in points:
+        proto = protocol_of(p.budget); cfg = proto.config(p)
+        total += training_flops(proto.flops_per_token(cfg.model, 'full'), cfg.steps * cfg.batch_size * cfg.model.seq_len)
+    return total

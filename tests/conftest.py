@@ -39,3 +39,12 @@ def snapshot(folder) -> dict:
     folder = Path(folder)
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+@pytest.fixture(scope="session")
+def slurm() -> str:
+    "A one-node Slurm on this machine (`scripts/slurm.sh start`); the test fails, never skips, when it cannot start."
+    res = subprocess.run(["bash", str(ROOT / "scripts" / "slurm.sh"), "start"], capture_output=True, text=True, timeout=900)
+    if res.returncode:
+        pytest.fail(f"scripts/slurm.sh start failed (status {res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+    return subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()

@@ -31,6 +31,7 @@ WRITES = {
     'demo': (['--config', 'test-tiny', '--steps', '20', '--n-stories', '12', '--quiet'],
              ['runs/demo/report.html', 'runs/demo/summary.json', 'runs/demo/run/run.json']),
     'submit': (['--out', 'slurm'], []),
+    'status': ([], []),
 }
 ORDER = list(WRITES)
 
@@ -57,6 +58,11 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
     args = _example(name)
     if name == 'submit':
         args[args.index('--out') + 1] = str(workdir / 'slurm')
+    if name == 'status':  # the run folder `sgatlin submit --run-dir slurm/iso` leaves once its one task is done
+        (workdir / 'slurm' / 'iso' / '0').mkdir(parents=True)
+        (workdir / 'slurm' / 'iso' / '0' / 'done').touch()
+        (workdir / 'slurm' / 'iso' / 'submission.json').write_text(json.dumps(
+            {'notebook': 'x.ipynb', 'tasks': [{}], 'jobs': [{'job': '987654321', 'tasks': [0], 'array': False}]}))
     # eval and sample read only the run: no data folder and no network, as in a new shell
     offline = name in ('eval', 'sample')
     res = run_sgatlin(args, None if offline else data_dir, cwd=cwd, timeout=900,
@@ -80,6 +86,8 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
         assert json.loads((workdir / 'runs/demo/summary.json').read_text())['numbers']['eval_ppl'] > 1
     if name == 'submit':
         assert '#SBATCH --array=0-1' in res.stdout
+    if name == 'status':
+        assert res.stdout.startswith('task 0: COMPLETED'), res.stdout
 
 
 @pytest.mark.parametrize("name", ORDER)

@@ -1,4 +1,5 @@
-"Slurm submission and papermill: the generated sbatch text, submission with a stand-in sbatch, parameters tags, and a papermill run of 07_scaling."
+"""Slurm submission and papermill: the generated sbatch text, submission with a stand-in sbatch, parameters tags, a papermill
+run of 07_scaling, and, on a real one-node Slurm (the `slurm` fixture), failed and skipped tasks and a requeued training job."""
 import json
 import os
 import re
@@ -6,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -13,8 +15,11 @@ import papermill
 import pytest
 import yaml
 
-from sgatlin_nb.slurm import sbatch_script, submit, sweep_tasks
+from sgatlin_nb.slurm import SUBMISSION, sbatch_script, submit, sweep_tasks, wait_run
 from sgatlin_nb.runs import RunError
+
+from conftest import run_sgatlin, sgatlin_cmd
+from test_multiprocess import _close, _metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
@@ -22,8 +27,8 @@ SCALING = NBS / "07_scaling.ipynb"
 
 
 def _tasks(run_dir):
-    return sweep_tasks(SCALING, {"run_full": True, "paper_results_path": "{task_dir}/r.json"},
-                       {"paper_scales": [2, 5], "paper_budgets": [1e17]}, run_dir)
+    return sweep_tasks(SCALING, {"retrain_cpu": True, "results_path": "{task_dir}/r.json"},
+                       {"scales": [2, 5], "budgets": [1e17]}, run_dir)
 
 
 def test_sbatch_text(tmp_path):
@@ -32,7 +37,8 @@ def test_sbatch_text(tmp_path):
                          time="02:00:00", account="lab", setup="module load cuda")
     for line in ["#SBATCH --job-name=iso", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
                  "#SBATCH --time=02:00:00", "#SBATCH --account=lab", "#SBATCH --array=0-1",
-                 f"#SBATCH --output={tmp_path}/%a/slurm-%A_%a.log", "module load cuda", "export XLA_PYTHON_CLIENT_PREALLOCATE=false"]:
+                 f"#SBATCH --output={tmp_path}/%a/slurm-%A_%a.log", "module load cuda", "export XLA_PYTHON_CLIENT_PREALLOCATE=false",
+                 "#SBATCH --signal=B:USR1@300", "#SBATCH --requeue", "#SBATCH --open-mode=append"]:
         assert line in text.splitlines(), line
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     srun = [l for l in text.splitlines() if l.startswith("srun ")]
@@ -41,11 +47,12 @@ def test_sbatch_text(tmp_path):
     inner = args[args.index("-c") + 1]
     assert inner.startswith(f"papermill {SCALING}") and "--kernel python3" in inner and f"--cwd {NBS}" in inner
     assert '"$0/executed-$SLURM_PROCID.ipynb"' in inner and '> "$0/papermill-$SLURM_PROCID.log"' in inner
-    assert args[-2:] == ["$TASK_DIR", "$PARAMS"]
+    assert ' -y "$1"' in inner and "--yaml" not in inner  # papermill 2.7 spells it -y / --parameters_yaml
+    assert args[-3:] == ["$TASK_DIR", "$PARAMS", "&"]  # in the background, so the USR1 trap fires while the script waits
     params = [yaml.safe_load(shlex.split(m)[0]) for m in re.findall(r"PARAMS=(.*) ;;", text)]
     assert params == tasks
-    assert params[1] == {"run_full": True, "paper_results_path": f"{tmp_path}/1/r.json", "paper_scales": [5], "paper_budgets": [1e17]}
-    assert isinstance(params[0]["paper_budgets"][0], float)
+    assert params[1] == {"retrain_cpu": True, "results_path": f"{tmp_path}/1/r.json", "scales": [5], "budgets": [1e17]}
+    assert isinstance(params[0]["budgets"][0], float)
 
 
 def test_startup_file_runs_before_the_notebook(tmp_path):
@@ -92,7 +99,7 @@ def test_submit_sweep_then_collection(tmp_path, monkeypatch):
                  out_dir=str(tmp_path / "slurm"), log=None)
     assert job == "4242"
     (run_dir,) = (tmp_path / "slurm").iterdir()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["0", "1", "2", "3", "collect.sbatch", "job.sbatch"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["0", "1", "2", "3", "collect.sbatch", "job.sbatch", SUBMISSION]
     calls = log.read_text().splitlines()
     assert calls == [f"--parsable {run_dir}/job.sbatch", f"--parsable --dependency=afterany:4242 {run_dir}/collect.sbatch"]
     assert "#SBATCH --array=0-3" in (run_dir / "job.sbatch").read_text()
@@ -158,3 +165,121 @@ def test_papermill_runs_07_scaling_with_tiny_parameters(tmp_path, data_dir):
     executed = json.loads(out.read_text())
     charts = [o for c in executed["cells"] for o in c.get("outputs", []) if "vegaEmbed" in "".join(o.get("data", {}).get("text/html", ""))]
     assert len(charts) >= 2
+
+
+# ---- on a real one-node Slurm (scripts/slurm.sh) ----
+
+def _notebook(path: Path) -> Path:
+    "A notebook with one parameter, `fail`, and one cell that fails when it is set."
+    cells = [nbformat.v4.new_code_cell("fail = False"), nbformat.v4.new_code_cell("assert not fail, 'failing on purpose'")]
+    cells[0].metadata["tags"] = ["parameters"]
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=kernel), path)
+    return path
+
+
+def _job_field(job: str, field: str) -> list[str]:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
+    return re.findall(rf"(?:^|\s){field}=(\S+)", out)
+
+
+def test_submit_wait_reports_a_failed_task_and_a_second_submit_skips_the_done_one(tmp_path, slurm, data_dir):
+    run_dir = tmp_path / "run"
+    line = ["submit", str(_notebook(tmp_path / "probe.ipynb")), "--sweep", "fail=False,True", "--gpus-per-node", "0",
+            "--cpus-per-task", "1", "--time", "00:10:00", "--run-dir", str(run_dir), "--wait"]
+    first = run_sgatlin(line, data_dir, timeout=600)
+    assert first.returncode == 2, (first.stdout[-2000:], first.stderr[-2000:])
+    out = first.stdout.splitlines()
+    job = out[0].split()[2].rstrip(":")
+    assert out[0].startswith(f"submitted job {job}: 2 of 2 task(s)"), out
+    assert out[1:3] == [f"task 0: COMPLETED, exit code 0:0 (job {job}_0)", f"task 1: FAILED, exit code 1:0 (job {job}_1)"], out
+    assert out[3] == f"---- task 1: last lines of {run_dir}/1/papermill-0.log", out
+    assert "AssertionError: failing on purpose" in first.stdout and "Traceback" not in first.stderr
+    assert "1 of 2 task(s)" in first.stderr and first.stderr.strip().endswith("(states FAILED)"), first.stderr
+    assert (run_dir / "0" / "done").exists() and not (run_dir / "1" / "done").exists()
+
+    # the same report at any time
+    status = run_sgatlin(["status", str(run_dir)], None)
+    assert status.returncode == 2 and status.stdout.splitlines()[:2] == out[1:3], status.stdout
+
+    # the same line again: only the failed task runs (and fails again)
+    second = run_sgatlin(line, data_dir, timeout=600)
+    assert second.returncode == 2, second.stderr[-2000:]
+    job2 = second.stdout.split()[2].rstrip(":")
+    assert second.stdout.startswith(f"submitted job {job2}: 1 of 2 task(s)"), second.stdout
+    assert _job_field(job2, "ArrayTaskId") == ["1"]
+    assert json.loads((run_dir / SUBMISSION).read_text())["jobs"][-1] == {"job": job2, "tasks": [1], "array": True}
+    assert [p.name for p in (run_dir / "0").glob("slurm-*.log")] == [f"slurm-{job}_0.log"]
+    assert f"task 0: COMPLETED, exit code 0:0 (job {job}_0)" in second.stdout
+    assert f"task 1: FAILED, exit code 1:0 (job {job2}_1)" in second.stdout
+
+
+STEPS = 60
+
+
+def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, slurm, data_dir):
+    "Two Slurm tasks train; `scontrol requeue` stops them (a checkpoint on SIGTERM) and Slurm runs the job again, which resumes."
+    train = ["train", "--config", "test-tiny", "--steps", str(STEPS), "--quiet"]
+    out = tmp_path / "two"
+    script = tmp_path / "train.sbatch"
+    script.write_text("\n".join([
+        "#!/bin/bash", "#SBATCH --job-name=requeue-test", "#SBATCH --ntasks=2", "#SBATCH --cpus-per-task=1",
+        "#SBATCH --time=00:20:00", "#SBATCH --requeue", "#SBATCH --open-mode=append", f"#SBATCH --output={tmp_path}/slurm-%j.log",
+        f"export JAX_PLATFORMS=cpu SGATLIN_DATA_DIR={shlex.quote(str(data_dir))} SGATLIN_DIST_TIMEOUT=30",
+        "trap 'echo batch script: SIGTERM' TERM",
+        f"srun --kill-on-bad-exit=1 {shlex.join(sgatlin_cmd() + train + ['--out', str(out), '--resume'])} &",
+        'while kill -0 $! 2>/dev/null; do wait $! || true; done', "wait $!", ""]))
+    t0 = time.time()
+    res = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip().split(";")[0]
+    log = tmp_path / f"slurm-{job}.log"
+    try:  # a failed assertion leaves no job behind
+        while (not (out / "metrics.jsonl").exists() or max(_metrics(out)[1], default=0) < 15) and time.time() - t0 < 300:
+            assert _job_field(job, "JobState") in (["PENDING"], ["RUNNING"]), log.read_text() if log.exists() else job
+            time.sleep(0.2)
+        at = max(_metrics(out)[1])
+        assert 15 <= at < STEPS, at
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        t_requeue = time.time()
+        while _job_field(job, "JobState") != ["COMPLETED"] and time.time() - t_requeue < 400:
+            assert _job_field(job, "JobState")[0] in ("RUNNING", "COMPLETING", "PENDING", "REQUEUED"), log.read_text()
+            time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job])  # a no-op once the job is done
+    text = log.read_text()
+    assert _job_field(job, "JobState") == ["COMPLETED"] and _job_field(job, "Restarts") == ["1"], text[-3000:]
+    stopped = re.findall(r"^sgatlin train: stopped by SIGTERM at step (\d+)", text, re.M)
+    assert len(stopped) == 2 and len(set(stopped)) == 1, text[-3000:]  # both tasks, at the same step
+    assert "sgatlin train: error:" not in text, text[-3000:]
+    end = text.index("\nsample:")
+    summary = json.loads(text[text.rindex("\n{\n", 0, end) + 1: end])  # the summary of the run that finished
+    assert summary["processes"] == 2 and summary["start_step"] == int(stopped[0]) >= at and summary["step"] == STEPS, summary
+    print(f"requeued at step {at}, stopped at {stopped[0]}, {time.time() - t_requeue:.0f} s from requeue to the end")
+
+    # the losses of one process running the same command, every step logged once
+    ref = run_sgatlin(train + ["--out", str(tmp_path / "one"), "--resume"], data_dir)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    recs, loss, evals = _metrics(out)
+    assert sorted(loss) == list(range(1, STEPS + 1)) and len(recs) == len(loss) + len(evals), recs
+    print(f"requeued two-task run vs one process: max |loss difference| {_close(loss, _metrics(tmp_path / 'one')[1]):.2e}")
+
+
+def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slurm, data_dir):
+    "The package's batch script: Slurm's USR1 before the limit requeues the task, which runs again in its folder."
+    cells = [nbformat.v4.new_code_cell("first_run_s = 120"),
+             nbformat.v4.new_code_cell("import os, time\nif os.environ.get('SLURM_RESTART_COUNT', '0') == '0': time.sleep(first_run_s)")]
+    cells[0].metadata["tags"] = ["parameters"]
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=kernel), tmp_path / "slow.ipynb")
+    run_dir = tmp_path / "run"
+    lines = []
+    t0 = time.time()
+    job = submit(str(tmp_path / "slow.ipynb"), gpus_per_node=0, cpus_per_task=1, time="00:01:00", signal_s=50,
+                 run_dir=str(run_dir), log=lines.append)
+    rows = wait_run(run_dir, poll_s=1, timeout_s=240, log=lines.append)
+    log = (run_dir / "0" / f"slurm-{job}.log").read_text()
+    assert [r["state"] for r in rows] == ["COMPLETED"] and (run_dir / "0" / "done").exists(), (lines, log)
+    assert f"time limit near: requeueing job {job}" in log and "DUE TO JOB REQUEUE" in log, log
+    assert _job_field(job, "Restarts") == ["1"]
+    print(f"requeued by its time-limit warning and completed in {time.time() - t0:.0f} s")
