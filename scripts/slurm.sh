@@ -94,7 +94,8 @@ MinJobAge=600
 JobRequeue=1
 MpiDefault=none
 NodeName=$NODE CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+# FORCE:1 shares nothing: one job per core, since on a small machine more would only thrash
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:1
 EOF
 }
 

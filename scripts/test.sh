@@ -72,5 +72,7 @@ echo "== cells slower than 30 s, slowest first (seconds)"
 grep -E '^[^ ]+\.ipynb:[^ ]+: [0-9.]+s$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+)s$/\2 \1/' | sort -k1,1nr | awk '{printf "%8.1f  %s\n", $1, $2}' || true
 export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 
+# the tests start many processes (sgatlin commands, Slurm jobs) that compile the same programs: they share them
+export JAX_COMPILATION_CACHE_DIR="$EXECUTED/jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
 "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider --durations=15  # and the 15 slowest tests

@@ -217,5 +217,5 @@ def time_train_step(cfg: TrainConfig, steps: int = 20, warmup: int = 2, mesh: Me
             'loss': float(metrics['loss'])}
 
 # %% ../nbs/92_gpu.ipynb #435a4ab2
-SUBMIT_LINE = ("sgatlin submit nbs/92_gpu.ipynb -p run_full=True -p full_steps=300 --gpus-per-node 8 "
-               "--time 01:00:00 --setup 'source .venv/bin/activate'")
+SUBMIT_LINE = ("sgatlin submit nbs/92_gpu.ipynb -p run_full=True -p full_steps=300 --run-dir runs/gpu-timing "
+               "--gpus-per-node 8 --time 01:00:00")

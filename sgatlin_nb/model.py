@@ -177,8 +177,11 @@ class Transformer(nnx.Module):
 
         def run_block(block, x_BxTxD, patch_gates, patch_mask_BxT):
             return block(x_BxTxD, positions_T, patch_gates, patch_mask_BxT, split)
-        if cfg.remat:
-            run_block = nnx.remat(run_block)
+        if cfg.remat:  # recompute each block in the backward pass; a pure function, so it also runs inside loops and vmaps
+            plain = run_block
+            def run_block(block, *args):
+                graphdef, state = nnx.split(block)
+                return jax.checkpoint(lambda state, *args: plain(nnx.merge(graphdef, state), *args))(state, *args)
         gates = []
         for l, block in enumerate(self.blocks):
             patch_l = (patch.gates[l], patch.mask[l]) if patch is not None else (None, None)
@@ -218,7 +221,4 @@ def generate(model: Transformer, prompt_tokens, n_new: int, *,
         raise ValueError(f"temperature must be 0 (greedy) or positive with an rng key, got {temperature} and rng={rng}")
     buffer_BxT = jnp.zeros((B, P + n_new), jnp.int32).at[:, :P].set(prompt_BxP)
     rng = jax.random.key(0) if rng is None else rng
-    if model.cfg.remat:  # rematerialization saves memory for the backward pass only, and nnx.remat cannot run inside the loop
-        model = nnx.merge(*nnx.split(model))  # a view of the same parameters
-        model.cfg = dataclasses.replace(model.cfg, remat=False)
     return _generate(model, buffer_BxT, jnp.float32(temperature), rng, P)

@@ -330,10 +330,11 @@ class CircuitDB:
         t = self.tokens
         start = row - int(t.pos.iat[row])
         end = start + int(self.documents.n_tokens.iat[int(t.doc_id.iat[row])])
-        s = t.token_str.to_numpy()
-        tok = s[row]
+        lo, hi = max(start, row - width), min(end, row + width + 1)
+        s = t.token_str.iloc[lo:hi].tolist()  # only the window: converting the whole column costs as much as the table
+        tok = s[row - lo]
         lead = tok[:len(tok) - len(tok.lstrip())]
-        text = ''.join(s[max(start, row - width):row]) + lead + mark[0] + tok.lstrip() + mark[1] + ''.join(s[row + 1:min(end, row + width + 1)])
+        text = ''.join(s[:row - lo]) + lead + mark[0] + tok.lstrip() + mark[1] + ''.join(s[row - lo + 1:])
         return text.replace('\n', '↵').strip()
 
 # %% ../nbs/10_record.ipynb #bb482a65

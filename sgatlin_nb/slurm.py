@@ -153,12 +153,12 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
 
 # %% ../nbs/91_slurm.ipynb #a05a3dcb
 def collect(files, out: str | Path, log=print) -> Path:
-    "Merge the results files `files` into `out`, budget by budget (`merge_results`), and draw the isoflop figures beside it."
+    "Merge the results files `files` into `out`, budget by budget (`merge_results`), and draw the isoflop figures beside it (HTML that opens offline)."
     out = Path(out)
     df = results_frame(merge_results(files, out, log=log))
     for corpus in sorted(set(df.corpus)):
-        isoflop_chart(df, corpus).save(out.with_name(f'{out.stem}-{corpus}-isoflop.html'))
-        sparsity_chart(df, corpus).save(out.with_name(f'{out.stem}-{corpus}-sparsity.html'))
+        isoflop_chart(df, corpus).save(out.with_name(f'{out.stem}-{corpus}-isoflop.html'), inline=True)
+        sparsity_chart(df, corpus).save(out.with_name(f'{out.stem}-{corpus}-sparsity.html'), inline=True)
     return out
 
 # %% ../nbs/91_slurm.ipynb #43207057
@@ -166,7 +166,7 @@ def collect_script(files, out: str | Path, *, run_dir: str | Path, job_name: str
                    account: str | None = None, setup: str | None = None, time: str = '01:00:00') -> str:
     "The sbatch script of the collection step: `collect(files, out)` as one small CPU task (submit it with a dependency)."
     code = f"from sgatlin_nb.slurm import collect; collect({json.dumps([str(f) for f in files])}, {json.dumps(str(out))})"
-    head = [f'--job-name={job_name}-collect', '--ntasks=1', '--cpus-per-task=2', f'--time={time}',
+    head = [f'--job-name={job_name}-collect', '--ntasks=1', '--cpus-per-task=1', f'--time={time}',
             f'--output={Path(run_dir).absolute()}/collect-%j.log']
     head += [f'--partition={partition}'] if partition else []
     head += [f'--account={account}'] if account else []

@@ -89,7 +89,7 @@ def test_07_array_merge_and_figures(miniature_runs):
 
 def test_06_paper_preset_trained_and_evaluated(miniature_runs):
     out = executed(miniature_runs["06_train"])
-    ppl = re.search(r'"eval_ppl": ([\d.]+)', out)
+    ppl = re.search(r"held-out perplexity ([\d.]+); unigram", out)
     assert ppl and math.isfinite(float(ppl[1])), out[-2000:]
 
 
@@ -103,7 +103,7 @@ def test_13_nie_figure(miniature_runs):
     out = miniature_runs["13_intervention"] / "0" / "intervention_tinystories-miniature"
     assert (out / "nie.png").stat().st_size > 10_000
     nie = pd.read_csv(out / "nie.csv")
-    assert set(nie.layer) == {1, 2} and len(nie) >= 2 * 2, nie
+    assert {"layer 1", "layer 2"} <= set(nie.layer) and nie.n_known.notna().all(), nie
 
 
 def test_14_usage_figure(miniature_runs):
