@@ -82,7 +82,7 @@ def test_07_array_merge_and_figures(miniature_runs):
     assert all(r["error"] is None and math.isfinite(r["eval_ppl"]) for r in runs), runs
     for fig in ("isoflop", "sparsity"):  # figures 3 and 1, drawn by the collect job from the merged file
         html = (run_dir / f"results-{MINI_CORPUS}-{fig}.html").read_text()
-        spec = json.loads(re.search(r"var spec = (\{.*?\});\n", html, re.S)[1])
+        spec = json.loads(re.search(r"(?:var|const) spec = (\{.*?\});\n", html, re.S)[1])  # inline or not
         drawn = {row["variant"] for rows in spec["datasets"].values() for row in rows}
         assert drawn == set(LADDER_KINDS), (fig, drawn)
 
