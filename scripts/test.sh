@@ -75,4 +75,6 @@ export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 # the tests start many processes (sgatlin commands, Slurm jobs) that compile the same programs: they share them
 export JAX_COMPILATION_CACHE_DIR="$EXECUTED/jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
-"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider --durations=15  # and the 15 slowest tests
+# two workers, each module's tests together and the Slurm modules in one group, slowest groups first (tests/conftest.py)
+"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder \
+  --durations=20  # and the 20 slowest tests

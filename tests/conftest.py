@@ -48,3 +48,25 @@ def slurm() -> str:
     if res.returncode:
         pytest.fail(f"scripts/slurm.sh start failed (status {res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
     return subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+
+
+# scripts/test.sh runs pytest on two workers (pytest-xdist, `-n 2 --dist loadgroup --no-loadscope-reorder`).
+# Each module's tests stay together on one worker, so a module's fixtures are built once; the modules that submit
+# jobs share a group, since they queue on the same one-node cluster. Groups start slowest first (as measured in CI),
+# so the longest, the miniature paper pipeline, does not start last; the rest keep their file order.
+SLURM_MODULES = ("test_paper_pipeline", "test_slurm")
+SLOWEST_FIRST = ("slurm", "test_gpu_lowering", "test_bad_input", "test_demo", "test_commands", "test_docs",
+                 "test_multiprocess", "test_train_resume", "test_multidevice")
+
+
+def _group(item) -> str:
+    name = item.module.__name__.rsplit(".", 1)[-1]
+    return "slurm" if name in SLURM_MODULES else name
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the groups into node ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    rank = {g: i for i, g in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: file order within a rank
