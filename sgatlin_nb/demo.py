@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from . import __version__
 from .data import load_tokenizer, read_texts, tokenize_corpus
 from .intervention import patch_experiment
 from .neighbours import write_neighbours
@@ -318,7 +319,7 @@ def run_demo(out: str | Path = 'runs/demo',  # run directory (created; a later r
         ran[name] = redo
         log(status_line(i, name, state['stages'][name], redo))
     st = state['stages']
-    summary = {'settings': settings, 'out': str(out),
+    summary = {'settings': settings, 'package_version': __version__, 'out': str(out),
                'numbers': {'eval_loss': st['train']['eval_loss'], 'eval_ppl': st['train']['eval_ppl'],
                            'unigram_loss': st['train']['unigram_loss'], 'unigram_ppl': st['train']['unigram_ppl'],
                            'train_loss': st['train']['train_loss'], 'tokens_per_s': st['train']['tokens_per_s'],

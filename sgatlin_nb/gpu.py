@@ -6,8 +6,9 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/gpu.html.md"""
 
 # %% auto #0
 __all__ = ['H100_BYTES', 'TRITON_CALL', 'SUBMIT_LINE', 'abstract_state', 'fsdp_mesh', 'train_step_args', 'export_train_step',
-           'argument_specs', 'state_bytes', 'activation_bytes', 'gathered_bytes', 'paper_presets', 'preset_row',
-           'gpu_table', 'table_markdown', 'min_grad_accum', 'pallas_gather', 'equal_flops_swiglu', 'time_train_step']
+           'argument_specs', 'state_bytes', 'activation_bytes', 'gathered_bytes', 'paper_presets', 'preset_ends',
+           'preset_row', 'gpu_table', 'table_markdown', 'min_grad_accum', 'pallas_gather', 'equal_flops_swiglu',
+           'time_train_step']
 
 # %% ../nbs/92_gpu.ipynb #4be563a8
 import dataclasses
@@ -112,6 +113,10 @@ def paper_presets(kinds=LADDER_KINDS, scales=range(2, 9), budget: float = 6e18) 
     ablation = Protocol(dataclasses.replace(PAPER_LADDER, n_channels=8), PAPER_PROTOCOL.recipe, PAPER_PROTOCOL.accounting)
     out.append(('ablation-1.2b', ablation.config(Point('slimpajama', 6e18, 'sgatlin', 6))))
     return out
+
+def preset_ends(kinds=LADDER_KINDS) -> set[str]:
+    "The presets this page lowers: TinyStories, the ablation model, and each kind's smallest and largest paper rung."
+    return {'tinystories', 'ablation-1.2b', *(f'{kind}-s{s}' for kind in kinds for s in (2, 8))}
 
 # %% ../nbs/92_gpu.ipynb #d7203f5a
 def preset_row(name: str, cfg: TrainConfig, n_devices: int = 8, lower: bool = True, hbm_bytes: int = H100_BYTES,

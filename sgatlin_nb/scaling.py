@@ -9,8 +9,8 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
            'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol',
            'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point',
-           'read_results', 'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart',
-           'sparsity_chart', 'sweep_flops']
+           'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points',
+           'isoflop_chart', 'sparsity_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -28,6 +28,7 @@ import altair as alt
 import jax
 import pandas as pd
 
+from . import __version__
 from .baselines import FFWConfig
 from .complexity import ACCOUNTINGS, model_flops, model_params, tokens_for_budget, training_flops
 from .data import read_texts, train_tokenizer
@@ -261,6 +262,7 @@ def corpus_tokenizer(corpus: str, vocab_size: int, folder: str | Path) -> Path:
 def run_point(point: Point, protocol: Protocol, out: str | Path, tokenizer: str | Path | None = None) -> dict:
     "Train `point` into the run directory `out` (resuming it if it is there) and return its record."
     cfg = protocol.config(point)
+    made = {'config': _json(cfg.to_dict()), 'package_version': __version__}  # what `stale_runs` checks the record against
     if tokenizer is not None: cfg = dataclasses.replace(cfg, tokenizer=str(tokenizer))
     m = cfg.model
     flops = {acc: protocol.flops_per_token(m, acc) for acc in ACCOUNTINGS}
@@ -278,11 +280,25 @@ def run_point(point: Point, protocol: Protocol, out: str | Path, tokenizer: str 
                    'loss': last['loss'], 'tokens_per_s': last['tokens_per_s'], 'error': None}
     except RunError as e:
         record |= {'eval_loss': None, 'eval_ppl': None, 'error': str(e)}
-    return record | {'wall_s': time.perf_counter() - t0}
+    return record | {'wall_s': time.perf_counter() - t0} | made
 
 def read_results(path: str | Path) -> dict:
     "A sweep's results file: `{'protocol': ..., 'runs': [record, ...]}`."
     return json.loads(Path(path).read_text())
+
+def _json(obj): return json.loads(json.dumps(obj))  # as a results file holds it: tuples become lists
+
+def record_point(record: dict) -> Point:
+    "The `Point` a run record was trained for."
+    p = Point(**{f.name: record[f.name] for f in dataclasses.fields(Point)})
+    return p if p.key == record['key'] else dataclasses.replace(p, lr=None)  # a record holds the recipe's lr when the point left it unset
+
+def stale_runs(results: dict, protocol: Protocol) -> list[str]:
+    """Keys of the runs in `results` that today's code would train differently from how they were trained: all of
+    them when the file's protocol is not `protocol` field for field (a field added to the code since counts as a
+    difference), else each run whose recorded `config` is not what `protocol.config` now gives its point."""
+    if results['protocol'] != _json(protocol.to_dict()): return [r['key'] for r in results['runs']]
+    return [r['key'] for r in results['runs'] if r.get('config') != _json(protocol.config(record_point(r)).to_dict())]
 
 def _write_json(path: Path, obj):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -293,13 +309,15 @@ def _write_json(path: Path, obj):
 def run_sweep(points: list[Point], protocol: Protocol, results_path: str | Path, *, work_dir: str | Path | None = None,
               keep_runs: bool = False, log=print,  # called with one line per finished run (None: silent)
               ) -> list[dict]:
-    "Train every point `results_path` does not hold yet, saving the file after each run; returns all its records."
+    "Train every point `results_path` does not hold yet (or holds from older code), saving the file after each run; returns all its records."
     results_path = Path(results_path)
     proto = json.loads(json.dumps(protocol.to_dict()))
     results = read_results(results_path) if results_path.exists() else {'protocol': proto, 'runs': []}
     if not same_protocol(results['protocol'], proto):
         raise ValueError(f"{results_path} holds runs of another protocol: choose another results_path or move it aside")
-    results['protocol'] = proto  # written in full: fields added since the file was made hold their defaults
+    stale = set(stale_runs(results, protocol))  # trained by older code: trained again, and replaced
+    results['runs'] = [r for r in results['runs'] if r['key'] not in stale]
+    results['protocol'] = proto
     done = {r['key'] for r in results['runs']}
     todo = list({p.key: p for p in points if p.key not in done}.values())
     for p in todo: protocol.config(p)  # an impossible point fails here, before anything trains

@@ -3,17 +3,22 @@
 The commands run as subprocesses, in the order a user would: each command's own help example (`EXAMPLES` in
 sgatlin_nb/cli.py, so the examples are tested too) in one working folder, on one `test-tiny` run trained by
 the `train` example. `WRITES` says what each command must leave behind; a command added to the CLI without an
-entry there fails `test_every_command_is_covered`.
+entry there fails `test_every_command_is_covered`. The commands' options follow, mostly called in this process
+(`main([...])`, which saves each a start-up), on the same run.
 """
 import json
+import math
 import re
 import shlex
+import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from conftest import ROOT, run_sgatlin
-from sgatlin_nb.cli import COMMANDS, EXAMPLES, _renamed, command_parser
+from conftest import ROOT, run_sgatlin, snapshot
+from sgatlin_nb.cli import COMMANDS, EXAMPLES, _renamed, command_parser, main
 
 # command: (extra arguments after its example, files it must write relative to the working folder)
 WRITES = {
@@ -75,7 +80,11 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
         assert json.loads(res.stdout[:res.stdout.index('\nsample:')])['step'] == 30
     if name == 'eval':
         out = json.loads(res.stdout)
-        assert out['step'] == 30 and out['eval_tokens'] > 0 and out['eval_ppl'] < out['unigram_ppl'] * 5
+        assert out['step'] == 30 and out['eval_tokens'] > 0
+        # the same checkpoint on the same held-out tokens as the training run's own evaluation at step 30
+        logged = [r for r in map(json.loads, (workdir / 'runs/try/metrics.jsonl').read_text().splitlines()) if 'eval_loss' in r]
+        assert logged[-1]['step'] == 30 and abs(out['eval_loss'] - logged[-1]['eval_loss']) < 1e-5, (out, logged[-1])
+        assert abs(math.log(out['eval_ppl']) - out['eval_loss']) < 1e-9 and out['unigram_ppl'] > 1
     if name == 'sample':
         assert res.stdout.startswith('Once upon a time') and len(res.stdout.split()) > 6
     if name == 'runs':
@@ -83,11 +92,181 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
     if name == 'record':
         assert json.loads((workdir / 'runs/try/circuits/manifest.json').read_text())['counts']['documents'] == 32
     if name == 'demo':
-        assert json.loads((workdir / 'runs/demo/summary.json').read_text())['numbers']['eval_ppl'] > 1
+        numbers = json.loads((workdir / 'runs/demo/summary.json').read_text())['numbers']
+        vocab = json.loads((workdir / 'runs/demo/run/run.json').read_text())['config']['model']['vocab_size']
+        assert abs(math.log(numbers['eval_ppl']) - numbers['eval_loss']) < 1e-9
+        assert numbers['eval_ppl'] < vocab, numbers  # 20 steps already beat a uniform guess over the vocabulary
     if name == 'submit':
         assert '#SBATCH --array=0-1' in res.stdout
     if name == 'status':
         assert res.stdout.startswith('task 0: COMPLETED'), res.stdout
+
+
+# ---- options of the commands, mostly in this process (`main([...])`: no start-up cost), on the run trained above ----
+
+@pytest.fixture
+def try_run(workdir, data_dir, monkeypatch):
+    "The working folder, the current one, with the `train` example's run and the `record` example's database."
+    for name, made in (('train', 'runs/try/checkpoints/30'), ('record', 'runs/try/circuits/manifest.json')):
+        if not (workdir / made).exists():  # this test run alone: run the example first
+            res = run_sgatlin(_example(name), data_dir, cwd=workdir)
+            assert res.returncode == 0, res.stderr[-2000:]
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv('SGATLIN_DATA_DIR', str(data_dir))
+    return workdir
+
+
+def _one_error_line(capsys, command: str) -> str:
+    "What the command wrote to stderr, checked to be one `sgatlin COMMAND: error: ...` line."
+    err = capsys.readouterr().err
+    assert err.startswith(f'sgatlin {command}: error: ') and err.count('\n') == 1, err
+    return err
+
+
+def test_map_layers_channels_by(try_run, tmp_path, capsys):
+    from sgatlin_nb.embedding import write_map
+    argv = ['map', '--db', 'runs/try/circuits', '--n-top', '20', '--n-epochs', '5', '--quiet']
+    assert main(argv + ['--out', str(tmp_path / 'cli'), '--layers', '-1', '--channels', '1', '--by', 'colour']) == 0
+    points, purity = pd.read_csv(tmp_path / 'cli/points.csv'), pd.read_csv(tmp_path / 'cli/purity.csv')
+    assert [c for c in points.columns if c[0] in 'xy'] == ['x1', 'y1'] and set(purity.layer) == {1}  # -1: the last layer
+    # the same files as the library's for layer 0 and channel 1 of the database, and not those of all channels
+    lib = {name: write_map('runs/try/circuits', tmp_path / name, n_top=20, layers=[0], channels=ch, n_epochs=5,
+                           png=False, progress=False) for name, ch in (('one', [1]), ('all', None))}
+    for name in ('points', 'purity'):
+        assert (tmp_path / f'cli/{name}.csv').read_text() == lib['one'][name].read_text(), name
+    assert (tmp_path / 'cli/purity.csv').read_text() != lib['all']['purity'].read_text()
+    html = (tmp_path / 'cli/map.html').read_text()
+    assert '"field": "colour"' in html and '"title": "input token"' in html and '"title": "token group"' not in html
+    # bad lists and values: one line, status 2
+    for option, value, message in [('--layers', '1,x', "--layers takes integers separated by commas, e.g. 1,2; got '1,x'"),
+                                   ('--channels', '0,y', "--channels takes integers separated by commas"),
+                                   ('--layers', '1', "layer must be an integer in [-1, 1), got 1"),
+                                   ('--channels', '2', "channels must be a subset of range(2), got [2]")]:
+        assert main(argv + ['--out', str(tmp_path / 'bad'), option, value]) == 2, (option, value)
+        assert message in _one_error_line(capsys, 'map')
+
+
+def test_record_all_documents_max_len_overwrite(try_run, tmp_path, capsys):
+    from tokenizers import Tokenizer
+    from sgatlin_nb.record import CircuitDB
+    from sgatlin_nb.train import PRESETS
+    stories = ["Tom had a red ball. He liked to play with it in the park every day.", "The end.",
+               "The cat sat on the mat.", "Lily went to the shop to buy some milk and bread for her mum.", "Bye."]
+    corpus = tmp_path / 'stories.txt'
+    corpus.write_text('\n<|endoftext|>\n'.join(stories) + '\n')
+    tok = Tokenizer.from_file(str(try_run / 'runs/try/tokenizer.json'))
+    full = [1 + len(tok.encode(s, add_special_tokens=False).ids) for s in stories]  # end-of-text first
+    assert min(full) < 8 < max(full) and 8 in full  # shorter, longer and exactly as long as --max-len
+    out, argv = tmp_path / 'db', ['record', '--run', 'runs/try', '--data', str(corpus), '--quiet']
+    assert main(argv + ['--out', str(out), '--n-docs', '0', '--max-len', '8']) == 0
+    db = CircuitDB(out)
+    assert db.documents.text.tolist() == stories  # 0: every document, in order
+    assert db.documents.n_tokens.tolist() == [min(n, 8) for n in full]
+    assert db.documents.truncated.tolist() == [n > 8 for n in full]
+    assert db.manifest['counts'] == {'documents': len(stories), 'tokens': sum(min(n, 8) for n in full),
+                                     'truncated_documents': sum(n > 8 for n in full)}
+    assert db.tokens.groupby('doc_id').pos.max().tolist() == [min(n, 8) - 1 for n in full]
+    # a database already there: refused, and left as it was; --overwrite replaces it
+    before = snapshot(out)
+    assert main(argv + ['--out', str(out), '--n-docs', '2']) == 2
+    assert 'already holds a circuit database' in _one_error_line(capsys, 'record')
+    assert snapshot(out) == before
+    assert main(argv + ['--out', str(out), '--n-docs', '2', '--overwrite']) == 0
+    db = CircuitDB(out)
+    seq_len = PRESETS['test-tiny'].model.seq_len  # --max-len's default
+    assert db.manifest['counts']['documents'] == 2 and db.manifest['recording']['max_len'] == seq_len
+    picked = [stories.index(t) for t in db.documents.text]
+    assert picked == sorted(picked) and db.documents.n_tokens.tolist() == [min(full[i], seq_len) for i in picked]
+
+
+def test_neighbours_of_the_reference_model(data_dir, tmp_path, monkeypatch):
+    from sgatlin_nb.record import reference_circuit_db
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('SGATLIN_DATA_DIR', str(data_dir))
+    assert main(['neighbours', 'Once upon a time, the little dog was happy.', '--focus', 'little dog', '--k', '3',
+                 '--width', '2', '--quiet']) == 0
+    db = reference_circuit_db(progress=False)  # the default database: 128 held-out stories, on the reference model
+    table = pd.read_csv(tmp_path / 'neighbours/neighbours.csv', keep_default_na=False)  # --out's default
+    assert table.token.str.strip().unique().tolist() == ['little', 'dog']  # only the focus
+    assert table.groupby('pos')['rank'].apply(list).tolist() == [[1, 2, 3]] * 2  # --k 3 each
+    rows = table.row.tolist()
+    assert table.neighbour.tolist() == db.tokens.token_str.iloc[rows].tolist()
+    assert table.context.tolist() == [db.context(r, 2) for r in rows]  # --width 2
+    assert table.context.tolist() != [db.context(r, 8) for r in rows]
+    title = f'layer {db.n_layers - 2} of {db.n_layers}: nearest circuits in {db.manifest["dataset"]["name"]}'
+    assert db.n_layers == 4 and title in (tmp_path / 'neighbours/neighbours.html').read_text()  # -2: the penultimate
+
+
+def test_patch_nouns_corpus_parser(try_run, tmp_path, monkeypatch, capsys):
+    from sgatlin_nb.intervention import PAPER_NOUNS
+    argv = ['patch', '--run', 'runs/try', '--n-boot', '20']
+    # the paper's nouns: no corpus read, not even one that does not exist
+    assert main(argv + ['--out', str(tmp_path / 'paper'), '--nouns', 'paper', '--corpus', str(tmp_path / 'none.txt')]) == 0
+    pairs = pd.read_csv(tmp_path / 'paper/pairs.csv')
+    assert dict(zip(pairs.noun, pairs.adjective)) == PAPER_NOUNS and set(pairs['count']) == {0}
+    assert set(pd.read_csv(tmp_path / 'paper/nie.csv').nouns) == {'paper'}
+    assert len(pd.read_csv(tmp_path / 'paper/per_pair.csv')) == 8 * 7
+    # pairs mined from a given corpus, by the regular expression: not '-ing' words, not 'very ...', not once-seen pairs
+    mined = {'dog': 'happy', 'cat': 'sad', 'bird': 'small', 'girl': 'kind', 'boy': 'tall', 'tree': 'green', 'car': 'fast',
+             'sky': 'blue'}
+    text = [f"The {n} was {a}." for n, a in mined.items()] * 2 + ["The dog was happy."]
+    text += ["The sun was shining."] * 3 + ["The box was very big."] * 3 + ["The cup was red."]
+    corpus = tmp_path / 'corpus.txt'
+    corpus.write_text(' '.join(text))
+    assert main(argv + ['--out', str(tmp_path / 'mined'), '--corpus', str(corpus), '--parser', 'regex']) == 0
+    pairs = pd.read_csv(tmp_path / 'mined/pairs.csv')
+    want = {(n, a, 3 if n == 'dog' else 2) for n, a in mined.items()}
+    assert set(pairs.itertuples(index=False, name=None)) == want
+    assert set(pd.read_csv(tmp_path / 'mined/nie.csv').nouns) == {'stories'}
+    # --parser spacy without spaCy: one line that says what to install, status 2
+    monkeypatch.setitem(sys.modules, 'spacy', None)  # `import spacy` fails, as when it is not installed
+    assert main(argv + ['--out', str(tmp_path / 'spacy'), '--corpus', str(corpus), '--parser', 'spacy']) == 2
+    err = _one_error_line(capsys, 'patch')
+    assert 'pip install spacy' in err and "parser='regex'" in err
+    assert not (tmp_path / 'spacy').exists()
+
+
+def test_usage_layer_channel(try_run, tmp_path, capsys):
+    from sgatlin_nb.record import CircuitDB
+    from sgatlin_nb.usage import coactivation
+    db = CircuitDB('runs/try/circuits')  # the `record` example: 32 random held-out stories, seed 0, as `usage` draws them
+    argv = ['usage', '--run', 'runs/try', '--n-stories', str(db.manifest['counts']['documents']), '--n-neurons', '64']
+    assert main(argv + ['--out', str(tmp_path / 'u'), '--layer', '0', '--channel', '1']) == 0
+    summary = json.loads((tmp_path / 'u/summary.json').read_text())
+    assert (summary['coactivation layer'], summary['coactivation channel']) == (0, 1)
+    # the figure's matrix is channel 1's, as counted from the database's gates, and not channel 0's
+    shown = pd.read_csv(tmp_path / 'u/coactivation.csv', index_col=0).to_numpy()
+    want = {c: coactivation(db.gates(0)[0], db.d_ffw, range(64), c).conditional for c in (0, 1)}
+    assert np.allclose(shown, want[1], equal_nan=True) and not np.allclose(shown, want[0], equal_nan=True)
+    for option, value, message in [('--layer', '1', 'layer must be in [0, 1), got 1'),
+                                   ('--channel', '2', 'channel must be in [0, 2), got 2')]:
+        assert main(argv + ['--out', str(tmp_path / 'bad'), option, value]) == 2
+        assert message in _one_error_line(capsys, 'usage')
+
+
+def test_train_fsdp_batch_size_from_the_shell(tmp_path, data_dir):
+    from sgatlin_nb.train import PRESETS
+    res = run_sgatlin(['train', '--config', 'test-tiny', '--out', 'runs/fsdp', '--steps', '2', '--batch-size', '4',
+                       '--fsdp', '--quiet'], data_dir, cwd=tmp_path,
+                      extra_env={'XLA_FLAGS': '--xla_force_host_platform_device_count=2'})
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / 'runs/fsdp'
+    cfg = json.loads((run / 'run.json').read_text())['config']
+    assert (cfg['batch_size'], cfg['fsdp'], cfg['steps']) == (4, True, 2)
+    metrics = [json.loads(line) for line in (run / 'metrics.jsonl').read_text().splitlines()]
+    steps = [m for m in metrics if 'loss' in m]
+    assert [m['step'] for m in steps] == [1, 2] and all(math.isfinite(m['loss']) for m in steps)
+    assert steps[-1]['tokens'] == 2 * 4 * PRESETS['test-tiny'].model.seq_len  # steps × --batch-size × seq_len
+    assert [m['step'] for m in metrics if 'eval_ppl' in m] == [2]
+    # Orbax's record of the checkpoint's layout: every array on the two devices, parameters split between them
+    shardings = [json.loads(s) for s in json.loads((run / 'checkpoints/2/default/_sharding').read_text()).values()]
+    assert all(len(s['device_mesh']['mesh']) == 2 for s in shardings)
+    assert any('data' in s['partition_spec'] for s in shardings)
+
+
+def test_runs_on_an_empty_folder(tmp_path, capsys):
+    assert main(['runs', '--root', str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"no sgatlin runs under {tmp_path}\n"
 
 
 @pytest.mark.parametrize("name", ORDER)

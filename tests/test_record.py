@@ -1,20 +1,25 @@
-"Circuit databases: identity and version checks, reopening, interrupted builds, plain Parquet readers, and the exact neighbour index at a larger size."
+"Circuit databases: identity and version checks, reopening, interrupted builds, plain Parquet readers, several row groups, MoE and PEER gates, and the exact neighbour index at a larger size."
+import dataclasses
 import json
 import os
 import shutil
 
 import duckdb
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from flax import nnx
 
-from sgatlin_nb.data import load_tokenizer, read_texts
+from sgatlin_nb.baselines import FFWConfig
+from sgatlin_nb.data import load_tokenizer, read_texts, train_tokenizer
 from sgatlin_nb.model import Transformer
 from sgatlin_nb.neighbours import NeighbourIndex
 from sgatlin_nb.record import (SCHEMA_VERSION, CircuitDB, build_circuit_db, encode_documents,
-                               gating_vectors, model_identity)
+                               gating_vectors, model_identity, pad_documents)
 from sgatlin_nb.train import PRESETS
 
 
@@ -129,6 +134,83 @@ def test_gating_matrix_columns(db):
     for i, r in enumerate([5, 6]):
         for c in range(db.n_channels):
             np.testing.assert_array_equal(G[i].toarray()[0, c * db.d_ffw + idx[r, c]], sc[r, c])
+
+
+def _model_rows(model, docs, doc_ids):
+    "The model's own logits and gates for some documents, and the database rows of their tokens."
+    tokens_BxT, mask_BxT = pad_documents([docs[d] for d in doc_ids], len(doc_ids), model.cfg.seq_len, 0)
+    logits_BxTxV, gates = nnx.jit(lambda m, x: m(x, return_gates=True))(model, jnp.asarray(tokens_BxT))
+    b_N, t_N = np.nonzero(mask_BxT)
+    starts = np.cumsum([0] + [len(d) for d in docs])
+    return logits_BxTxV, gates, (b_N, t_N), starts[np.asarray(doc_ids)][b_N] + t_N
+
+
+def test_row_groups(data_dir, tmp_path):
+    # past the writer's 65,536 rows: 3,316 stories cut to 16-63 characters, and a 300-token BPE so that
+    # the logits are cheap (300 tokens, not 8,192): about 85k rows
+    stories = [*read_texts("tinystories-train", data_dir=data_dir), *read_texts("tinystories-valid", data_dir=data_dir)]
+    texts = [t[:16 + i % 48] for i, t in enumerate(stories)]
+    tok = train_tokenizer(stories[:100], vocab_size=300)
+    cfg = dataclasses.replace(PRESETS["test-tiny"].model, vocab_size=tok.get_vocab_size(), n_layers=2)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    docs = encode_documents(tok, texts, cfg.seq_len)
+    n = sum(map(len, docs))
+    assert n > 1 << 16, "the test needs more rows than one row group holds"
+    built = build_circuit_db(model, tok, texts, tmp_path / "db", batch_size=128, progress=False)
+    db = CircuitDB(built.path, expect={"model": model_identity(model, tok)})  # reopened
+    assert (db.n_rows, len(db.tokens), db.documents.n_tokens.sum()) == (n, n, n)
+
+    # tokens and every layer's gates: the same row groups, more than one, holding rows 0..n-1 in order
+    groups = {}
+    for name in ["tokens", "gates_layer0", "gates_layer1"]:
+        md = pq.ParquetFile(db.path / f"{name}.parquet").metadata
+        groups[name] = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        rows = pq.read_table(db.path / f"{name}.parquet", columns=["row"]).column("row").to_numpy()
+        np.testing.assert_array_equal(rows, np.arange(n), err_msg=name)
+    sizes = groups["tokens"]
+    assert len(sizes) > 1 and sum(sizes) == n and all(g == sizes for g in groups.values()), groups
+    t = db.tokens
+    np.testing.assert_array_equal(t.token_id, np.concatenate(docs))
+    np.testing.assert_array_equal(t.doc_id, np.repeat(np.arange(len(docs)), [len(d) for d in docs]))
+    np.testing.assert_array_equal(t.pos, np.concatenate([np.arange(len(d)) for d in docs]))
+
+    # the documents on both sides of each row group boundary, and the first and last: gates and predictions as the model's
+    firsts = np.cumsum(sizes)[:-1]
+    pick = sorted({0, len(docs) - 1, *t.doc_id.iloc[firsts - 1], *t.doc_id.iloc[firsts]})
+    logits, gates, (b_N, t_N), rows_N = _model_rows(model, docs, pick)
+    assert np.isin(firsts, rows_N).all()  # the first row of every later group is among them
+    for l in range(cfg.n_layers):
+        idx, sc = db.gates(l)
+        assert idx.shape == sc.shape == (n, cfg.ffw.n_channels, cfg.ffw.k)
+        np.testing.assert_array_equal(idx[rows_N], np.asarray(gates[l].indices)[b_N, t_N])
+        np.testing.assert_allclose(sc[rows_N], np.asarray(gates[l].scores)[b_N, t_N], rtol=1e-5, atol=1e-6)
+    top5 = -np.sort(-np.asarray(jax.nn.softmax(logits, -1))[b_N, t_N], -1)[:, :5]
+    np.testing.assert_allclose(np.stack(t.top5_probs.to_numpy()[rows_N]), top5, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("ffw", [
+    FFWConfig("moe", 64, 64, n_experts=8, top_k=2),
+    FFWConfig("peer", 64, 16 ** 2, n_channels=2, k=4, d_key=32),
+], ids=["moe", "peer"])
+def test_moe_and_peer_gates(tiny, tmp_path, ffw):
+    # recorded as the model gates them, and the manifest says which layer it was
+    _, tok, texts = tiny
+    model = Transformer(dataclasses.replace(PRESETS["test-tiny"].model, ffw=ffw), rngs=nnx.Rngs(0))
+    db = build_circuit_db(model, tok, texts[:4], tmp_path / "db", batch_size=4, progress=False)
+    # an MoE is one channel choosing top_k of n_experts; PEER's heads each choose k of d_ffw experts
+    C, k, F = (1, 2, 8) if ffw.kind == "moe" else (2, 4, 256)
+    assert db.manifest["model"]["config"]["ffw"] == dataclasses.asdict(ffw)
+    assert (db.n_channels, db.k, db.d_ffw) == (C, k, F)
+    docs = encode_documents(tok, texts[:4], model.cfg.seq_len)
+    _, gates, (b_N, t_N), rows_N = _model_rows(model, docs, [1, 3])
+    for l in range(model.cfg.n_layers):
+        idx, sc = db.gates(l)
+        assert idx.shape == sc.shape == (db.n_rows, C, k)
+        np.testing.assert_array_equal(idx[rows_N], np.asarray(gates[l].indices)[b_N, t_N])
+        np.testing.assert_allclose(sc[rows_N], np.asarray(gates[l].scores)[b_N, t_N], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(sc.sum(-1), 1, rtol=1e-5)  # softmax weights per channel, not raw router scores
+        own = gating_vectors(np.asarray(gates[l].indices)[b_N, t_N], np.asarray(gates[l].scores)[b_N, t_N], F)
+        np.testing.assert_allclose(db.gating_matrix(l, rows=rows_N).toarray(), own.toarray(), rtol=1e-5, atol=1e-6)
 
 
 def _brute(idx, sc, q_idx, q_sc, F, k, allowed):

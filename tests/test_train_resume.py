@@ -1,6 +1,8 @@
-"A run stopped mid-training (SIGKILL, or Slurm's SIGTERM) and resumed continues with exactly the losses of an uninterrupted run."
+"A run stopped mid-training (SIGKILL, Slurm's SIGTERM, or `stop_at`) and resumed continues with exactly the losses of an uninterrupted run."
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -8,6 +10,9 @@ from pathlib import Path
 
 import pytest
 from conftest import run_sgatlin, sgatlin_cmd
+
+import sgatlin_nb.train as T
+from sgatlin_nb.data import TokenFile, read_texts
 
 STEPS = 160
 COMMON = ["train", "--config", "test-tiny", "--steps", str(STEPS), "--quiet"]  # test-tiny: a checkpoint every 10 steps
@@ -39,14 +44,24 @@ def _start(out: Path, data_dir: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def _lrs(out: Path) -> dict:
+    return {r["step"]: r["lr"] for r in _records(out) if "lr" in r}
+
+
+def _matches_reference(out: Path, ref: Path, steps: int = STEPS):
+    "Each training step of `out` logged once, each evaluation once, losses and learning rates equal to the reference run's."
+    train_steps = [r["step"] for r in _records(out) if "loss" in r]
+    assert sorted(train_steps) == list(range(1, steps + 1))  # a list: a step logged twice fails here
+    assert sorted(r["step"] for r in _records(out) if "eval_loss" in r) == list(range(10, steps + 1, 10))
+    assert _losses(out) == _losses(ref)  # exactly: same data, same arithmetic
+    assert _lrs(out) == _lrs(ref)  # the full run's schedule
+
+
 def _resume_and_compare(out: Path, ref: Path, data_dir: Path) -> dict:
     "Resume the run in `out` to the end; each training step logged once, losses equal to the reference run's. Its summary."
     res = run_sgatlin(COMMON + ["--out", str(out), "--resume"], data_dir)
     assert res.returncode == 0, res.stderr[-2000:]
-    train_steps = [r["step"] for r in _records(out) if "loss" in r]
-    assert sorted(train_steps) == list(range(1, STEPS + 1))  # a list: a step logged twice fails here
-    assert sorted(r["step"] for r in _records(out) if "eval_loss" in r) == list(range(10, STEPS + 1, 10))
-    assert _losses(out) == _losses(ref)  # exactly: same data, same arithmetic
+    _matches_reference(out, ref)
     return json.loads(res.stdout[: res.stdout.index("\nsample:")])
 
 
@@ -106,3 +121,68 @@ def test_sigterm_saves_the_step_reached_then_resume_matches(tmp_path, data_dir, 
 
     summary = _resume_and_compare(out, reference, data_dir)
     assert summary["start_step"] == stopped_at
+
+
+def test_stop_at_then_resume_matches_uninterrupted_run(tmp_path, data_dir, reference, monkeypatch):
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    cfg = dataclasses.replace(T.PRESETS["test-tiny"], steps=STEPS)  # what `sgatlin train --steps 160` trains
+    out = tmp_path / "stopped"
+    shutil.copytree(reference, out)
+    # the reference as if killed after its checkpoint at step 140, so that the stop falls in the decay (from step 128)
+    for step in (150, 160):
+        shutil.rmtree(out / "checkpoints" / str(step))
+        (out / "checksums" / f"{step}.json").unlink()
+    summary = T.train(cfg, "tinystories", out, resume=True, progress=False, stop_at=147)
+    assert (summary["start_step"], summary["step"]) == (140, 147), summary
+    assert _last_step(out) == 147 and _saved(out)[-1] == 147, (_last_step(out), _saved(out))  # stopped and saved there
+
+    summary = T.train(cfg, "tinystories", out, resume=True, progress=False)
+    assert (summary["start_step"], summary["step"]) == (147, STEPS), summary
+    _matches_reference(out, reference)
+
+
+# the paper preset's data recipe (`tinystories`: one story per row, whole epochs) on test-tiny; with epochs set, steps
+# (10 here, one of the checkpoints) gives way to what the epochs make: 20, the compiled programs of `--steps 20` runs
+EPOCHS = dataclasses.replace(T.PRESETS["test-tiny"], batching="document", epochs=2, steps=10)
+N_STORIES, EPOCH_STEPS = 84, 10  # 82 of the 84 stories train (2 are held out): 10 batches of 8 an epoch
+
+
+@pytest.fixture(scope="module")
+def epochs_run(tmp_path_factory, data_dir):
+    "84 stories as a corpus, and an uninterrupted two-epoch run on it."
+    folder = tmp_path_factory.mktemp("epochs")
+    data = folder / "stories.txt"
+    data.write_text("".join(t + "\n<|endoftext|>\n" for t in read_texts("tinystories-train", data_dir=data_dir, max_docs=N_STORIES)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SGATLIN_DATA_DIR", str(data_dir))  # the sgatlin tokenizer
+        summary = T.train(EPOCHS, str(data), folder / "run", progress=False)
+    assert T.resolve_steps(EPOCHS, TokenFile(folder / "run" / "data" / "train.bin")).steps == 2 * EPOCH_STEPS
+    assert summary["step"] == 2 * EPOCH_STEPS and _saved(folder / "run") == [10, 2 * EPOCH_STEPS], summary
+    return str(data), folder / "run"
+
+
+def test_document_epochs_run_stopped_then_resumed_matches(tmp_path, data_dir, epochs_run, monkeypatch):
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    data, ref = epochs_run
+    out = tmp_path / "run"
+    summary = T.train(EPOCHS, data, out, progress=False, stop_at=5)  # resumed, it goes on into the second epoch
+    assert summary["step"] == 5 and _saved(out) == [5], (summary, _saved(out))
+    summary = T.train(EPOCHS, data, out, resume=True, progress=False)
+    assert (summary["start_step"], summary["step"]) == (5, 2 * EPOCH_STEPS), summary
+    _matches_reference(out, ref, steps=2 * EPOCH_STEPS)
+
+
+def test_cached_run_knows_when_an_epochs_run_is_finished(tmp_path, epochs_run, monkeypatch):
+    data, ref = epochs_run
+    monkeypatch.setitem(T.PRESETS, "test-epochs", EPOCHS)
+    trained = []
+    monkeypatch.setattr(T, "train", lambda cfg, data, out, **kw: trained.append((out, kw)))
+    out = tmp_path / f"test-epochs--{data.replace('/', '_')}"  # where cached_run keeps it
+    shutil.copytree(ref, out)
+    assert T.cached_run("test-epochs", data, root=tmp_path, progress=False) == out
+    assert trained == []  # finished at step 20: not trained again
+
+    # without its last checkpoint the run is unfinished, though its newest, step 10, is the steps of the config as given
+    shutil.rmtree(out / "checkpoints" / str(2 * EPOCH_STEPS))
+    assert T.cached_run("test-epochs", data, root=tmp_path, progress=False) == out
+    assert [o for o, kw in trained] == [out] and trained[0][1]["resume"], trained  # resumed
