@@ -76,5 +76,5 @@ export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 export JAX_COMPILATION_CACHE_DIR="$EXECUTED/jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
 # two workers, each module's tests together and the Slurm modules in one group, slowest groups first (tests/conftest.py)
-"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder \
+"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --no-loadscope-reorder \
   --durations=20  # and the 20 slowest tests

@@ -50,23 +50,30 @@ def slurm() -> str:
     return subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
 
 
-# scripts/test.sh runs pytest on two workers (pytest-xdist, `-n 2 --dist loadgroup --no-loadscope-reorder`).
-# Each module's tests stay together on one worker, so a module's fixtures are built once; the modules that submit
-# jobs share a group, since they queue on the same one-node cluster. Groups start slowest first (as measured in CI),
-# so the longest, the miniature paper pipeline, does not start last; the rest keep their file order.
+# scripts/test.sh runs pytest on two workers (pytest-xdist, `-n 2 --no-loadscope-reorder`) with the scheduler below:
+# each module's tests stay together on one worker, in file order, so a module's fixtures are built once; the modules
+# that submit jobs form one unit, since they queue on the same one-node cluster. Units start slowest first (as
+# measured in CI), so the longest, the miniature paper pipeline, does not start last.
 SLURM_MODULES = ("test_paper_pipeline", "test_slurm")
 SLOWEST_FIRST = ("slurm", "test_gpu_lowering", "test_bad_input", "test_demo", "test_commands", "test_docs",
                  "test_multiprocess", "test_train_resume", "test_multidevice")
 
 
-def _group(item) -> str:
-    name = item.module.__name__.rsplit(".", 1)[-1]
-    return "slurm" if name in SLURM_MODULES else name
+def _unit(module: str) -> str:
+    return "slurm" if module in SLURM_MODULES else module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which turns the groups into node ids
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    rank = {g: i for i, g in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: file order within a rank
+    rank = {u: i for i, u in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_unit(Path(str(item.fspath)).stem), len(rank)))  # stable: file order within
+
+
+def pytest_xdist_make_scheduler(config, log):
+    "xdist's scheduling by scope, with one scope per module (the Slurm modules sharing one)."
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(Path(nodeid.split("::", 1)[0]).stem)
+
+    return ByModule(config, log)
