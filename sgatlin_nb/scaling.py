@@ -311,7 +311,7 @@ def run_sweep(points: list[Point], protocol: Protocol, results_path: str | Path,
               ) -> list[dict]:
     "Train every point `results_path` does not hold yet (or holds from older code), saving the file after each run; returns all its records."
     results_path = Path(results_path)
-    proto = json.loads(json.dumps(protocol.to_dict()))
+    proto = _json(protocol.to_dict())
     results = read_results(results_path) if results_path.exists() else {'protocol': proto, 'runs': []}
     if not same_protocol(results['protocol'], proto):
         raise ValueError(f"{results_path} holds runs of another protocol: choose another results_path or move it aside")
