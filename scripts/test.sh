@@ -77,4 +77,4 @@ export JAX_COMPILATION_CACHE_DIR="$EXECUTED/jax_cache" JAX_PERSISTENT_CACHE_MIN_
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
 # two workers, each module's tests together and the Slurm modules in one group, slowest groups first (tests/conftest.py)
 "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --no-loadscope-reorder \
-  --durations=20  # and the 20 slowest tests
+  --durations=30  # and the 30 slowest tests

@@ -26,12 +26,8 @@ from fastcore.script import anno_parser, store_true
 from .train import PRESETS, evaluate, init_distributed, make_eval_step, sample_text, train as train_run
 from .runs import Preempted, RunError, list_runs, load_run
 from .data import TokenFile, unigram_cross_entropy
-from .demo import run_demo
-from .intervention import patch_experiment
-from .embedding import write_map
-from .neighbours import write_neighbours
-from .record import record_run
-from .usage import usage_report
+# the analysis commands import their modules when they run: `demo` alone pulls in altair, pandas and scipy (about
+# 5 s), which `sgatlin train`, `eval` and `sample` do not need
 
 # %% ../nbs/90_cli.ipynb #c3bf4b07
 def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystories (paper, GPU) or test-tiny
@@ -146,6 +142,7 @@ def patch(run: str = 'runs/tinystories-cpu',  # training run to patch
           nouns: str = 'stories'): # 'stories': pairs mined from the corpus; 'paper': the paper's 8 nouns (no corpus read)
     "Patch counterfactual gates into clean runs per layer and position: NIE table and figure."
     _not_a_run(out, 'patch')
+    from sgatlin_nb.intervention import patch_experiment
     table = patch_experiment(run, out, corpora=corpus.split(',') if corpus else None, min_count=min_count,
                              parser=parser, n_boot=n_boot, seed=seed, step=step, nouns=nouns)
     print(table.round(3).to_string(index=False))
@@ -163,6 +160,7 @@ def usage(run: str = 'runs/tinystories-cpu',  # training run to analyse
           step: int = None):                  # checkpoint step (default: latest)
     "Neuron usage, Gini coefficients and sub-key coactivation of a run's sgatlin layers (tables + charts)."
     _not_a_run(out, 'usage')
+    from sgatlin_nb.usage import usage_report
     s = usage_report(run, out or Path(run) / 'usage', data=data, n_stories=n_stories, seed=seed,
                      layer=layer, channel=channel, n_neurons=n_neurons, step=step)
     print(json.dumps(s, indent=1, default=str))
@@ -180,6 +178,7 @@ def record(run: str = 'runs/tinystories-cpu',   # training run to record
            overwrite: store_true = False,        # replace a circuit database already at --out
            quiet: store_true = False):           # no progress bar
     "Record every layer's gates and top-5 predictions of a run's model over held-out text into a circuit database."
+    from sgatlin_nb.record import record_run
     db = record_run(run, out, data=data, n_docs=n_docs or None, seed=seed, step=step, batch_size=batch_size,
                     max_len=max_len, overwrite=overwrite, progress=not quiet)
     print(db)
@@ -197,6 +196,7 @@ def neighbours(sentence: str,               # text to analyse (positional); best
                width: int = 8,              # context tokens on each side of a neighbour
                quiet: store_true = False):  # no progress bar
     "The nearest recorded circuits of each token of a sentence: a table and a heatmap like the paper's figure 6."
+    from sgatlin_nb.neighbours import write_neighbours
     paths = write_neighbours(sentence, out, run=run, db=db, layer=layer, k=k, focus=focus, width=width, progress=not quiet)
     print(json.dumps({n: str(v) for n, v in paths.items()}, indent=1))
     return paths
@@ -218,6 +218,7 @@ def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circ
         seed: int = 0,               # UMAP seed
         quiet: store_true = False):  # no progress bar
     "A UMAP map of the circuits of the most frequent tokens, per layer, and how pure their token groups are (figure 5 of the paper)."
+    from sgatlin_nb.embedding import write_map
     files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by, layers=_int_list(layers, '--layers'),
                       channels=_int_list(channels, '--channels'), n_epochs=n_epochs, seed=seed, progress=not quiet)
     print(json.dumps({n: str(v) for n, v in files.items()}, indent=1))
@@ -232,6 +233,7 @@ def demo(data: str = 'tinystories',  # corpus: 'tinystories', a path, a name und
          reference: store_true = False,  # analyse the committed 4-layer reference model instead of training one
          quiet: store_true = False): # no progress bars (the one-line status of each stage stays)
     "Train a small sgatlin model on TinyStories (or take the reference model), analyse its circuits and write a self-contained report.html into --out."
+    from sgatlin_nb.demo import run_demo
     summary = run_demo(out, data=data, config=config, steps=steps, n_stories=n_stories, progress=not quiet, reference=reference)
     print(f"report: {summary['report']} ({summary['this_run_s']:.0f} s)")
     return summary
