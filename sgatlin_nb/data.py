@@ -8,12 +8,13 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/data.html.md"""
 __all__ = ['DATA_DIR_ENV', 'CORPORA', 'STREAMED', 'EOT', 'PAD', 'MAX_LINE_BYTES', 'TOKENIZERS', 'GPT2_HUB', 'SPLITS',
            'PAD_TARGET', 'BATCHINGS', 'Corpus', 'data_root', 'resolve_corpus', 'read_texts', 'repair_mojibake',
            'train_tokenizer', 'load_tokenizer', 'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path',
-           'TokenFile', 'packed_ids', 'tokenize_corpus', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps',
-           'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy']
+           'TokenFile', 'packed_ids', 'tokenize_corpus', 'tokenize_split', 'batch_at', 'eval_batches', 'document_rows',
+           'epoch_steps', 'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy']
 
 # %% ../nbs/05_data.ipynb #07cc9d32
 import hashlib
 import gzip
+import io
 import itertools
 import json
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm import tqdm
@@ -89,11 +91,13 @@ EOT, PAD = '<|endoftext|>', '<|pad|>'
 MAX_LINE_BYTES = 8 << 20  # longer lines are refused: a corpus is read a line at a time
 
 def _utf8_lines(path: Path) -> Iterator[str]:
-    "The lines of a (possibly gzipped) UTF-8 text file; a ValueError naming file and offset for bytes that are not text."
-    gz = path.name.endswith('.gz')
-    where = ' of the decompressed stream' if gz else ''
+    "The lines of a (possibly gzip- or zstandard-compressed) UTF-8 text file; a ValueError naming file and offset for bytes that are not text."
+    gz, zst = path.name.endswith('.gz'), path.name.endswith(('.zst', '.zstd'))
+    where = ' of the decompressed stream' if gz or zst else ''
     offset, n = 0, 0
-    with (gzip.open(path) if gz else open(path, 'rb')) as f:
+    opened = (gzip.open(path) if gz else io.BufferedReader(pa.input_stream(str(path), compression='zstd')) if zst
+              else open(path, 'rb'))  # zstandard (SlimPajama's shards) through pyarrow, already a dependency
+    with opened as f:
         while raw := f.readline(MAX_LINE_BYTES + 1):
             n += 1
             if len(raw) > MAX_LINE_BYTES:
@@ -145,7 +149,7 @@ def _file_texts(path: Path, text_field: str) -> Iterator[str]:
     if path.is_dir(): return itertools.chain.from_iterable(
         _file_texts(p, text_field) for p in sorted(path.rglob('*')) if p.is_file() and not p.name.startswith('.'))
     name = path.name.lower()
-    if name.endswith(('.jsonl', '.jsonl.gz', '.json.gz')): return _jsonl_texts(path, text_field)
+    if name.endswith(('.jsonl', '.jsonl.gz', '.json.gz', '.jsonl.zst', '.jsonl.zstd')): return _jsonl_texts(path, text_field)
     if name.endswith('.json'): return _json_texts(path)
     if name.endswith('.parquet'): return _parquet_texts(path, text_field)
     return _eot_texts(path)
@@ -306,15 +310,71 @@ class TokenFile:
 # %% ../nbs/05_data.ipynb #2dfda65c
 SPLITS = ('all', 'train', 'heldout')
 
-def packed_ids(tokenizer: Tokenizer, docs: list[str], eot: int, dtype: np.dtype) -> np.ndarray:
-    "The ids of `docs`, each preceded by `eot`, as one flat array."
+def packed_ids(tokenizer: Tokenizer, docs: list[str], eot: int, dtype: np.dtype, split: bool = False) -> np.ndarray | list[np.ndarray]:
+    "The ids of `docs`, each preceded by `eot`, as one flat array (or, with `split`, one array per document)."
     literal = tokenizer.encode_special_tokens
     tokenizer.encode_special_tokens = True  # a literal "<|endoftext|>" in a document is text, not a separator
-    try: encodings = tokenizer.encode_batch_fast(docs, add_special_tokens=False)
+    try: encodings = tokenizer.encode_batch_fast(docs, add_special_tokens=False)  # on all cores (the library's threads)
     finally: tokenizer.encode_special_tokens = literal
+    if split: return [np.array([eot, *e.ids], dtype) for e in encodings]
     return np.fromiter(itertools.chain.from_iterable([eot, *e.ids] for e in encodings), dtype)
 
 # %% ../nbs/05_data.ipynb #d652d191
+def _split_meta(corpus: Corpus, tokenizer: Tokenizer, split: str, heldout_fraction: float, max_docs: int | None,
+                max_tokens: int | None, row_len: int | None) -> dict:
+    "What a token file's sidecar records about how it was made (a cap only when there is one)."
+    vocab_size = tokenizer.get_vocab_size()
+    meta = dict(source=corpus.source, split=split, heldout_fraction=None if split == 'all' else heldout_fraction,
+                max_docs=max_docs, tokenizer=tokenizer_hash(tokenizer), vocab_size=vocab_size,
+                eot_id=eot_id(tokenizer), dtype=token_dtype(vocab_size).name)
+    return meta | ({'max_tokens': max_tokens, 'row_len': row_len} if max_tokens is not None else {})
+
+def _reusable(path: Path, meta: dict) -> bool:
+    "Whether the token file at `path` was made as `meta` says (a capped file never stands in for a whole corpus)."
+    side = sidecar_path(path)
+    if not (path.exists() and side.exists()): return False
+    made = json.loads(side.read_text())
+    return {k: v for k, v in made.items() if k in meta} == meta and ('max_tokens' in meta) == ('max_tokens' in made)
+
+def _pack(texts: Iterator[str], tokenizer: Tokenizer, outs: list[dict], batch_docs: int, progress: bool, desc: str):
+    """Encode `texts` in batches and append each document to the first file of `outs` whose `want(text)` holds, until
+    that file's `max_tokens` are reached (tokens, or with `row_len` the tokens of its one-document rows); stop reading
+    when every file is full. Each file is renamed into place with its sidecar only when complete."""
+    eot, dtype = outs[0]['meta']['eot_id'], np.dtype(outs[0]['meta']['dtype'])
+    for o in outs:
+        o['path'].parent.mkdir(parents=True, exist_ok=True)
+        sidecar_path(o['path']).unlink(missing_ok=True)
+        o.update(partial=o['path'].with_name(o['path'].name + '.partial'), n_docs=0, n_tokens=0, counted=0)
+        o['file'] = open(o['partial'], 'wb')
+    full = lambda o: o['meta'].get('max_tokens') is not None and o['counted'] >= o['meta']['max_tokens']
+    try:
+        with tqdm(desc=desc, unit=' docs', disable=not progress) as bar:
+            while not all(full(o) for o in outs) and (docs := list(itertools.islice(texts, batch_docs))):
+                where = [next((i for i, o in enumerate(outs) if o['want'](d)), None) for d in docs]
+                keep = [(d, i) for d, i in zip(docs, where) if i is not None and not full(outs[i])]
+                if keep: encoded = packed_ids(tokenizer, [d for d, _ in keep], eot, dtype, split=True)
+                for (_, i), ids in zip(keep, encoded if keep else []):
+                    o = outs[i]
+                    if full(o): continue
+                    o['file'].write(ids.tobytes())
+                    o['n_docs'], o['n_tokens'] = o['n_docs'] + 1, o['n_tokens'] + len(ids)
+                    row = o['meta'].get('row_len')
+                    o['counted'] += min(len(ids) + 1, row) if row else len(ids)  # a row: end-of-text, the document, end-of-text
+                bar.update(len(docs))
+                bar.set_postfix(tokens=f"{sum(o['n_tokens'] for o in outs):,}")
+    finally:
+        for o in outs: o['file'].close()
+    for o in outs:
+        if o['n_docs'] == 0:
+            for q in outs: q['partial'].unlink(missing_ok=True)
+            m = o['meta']
+            raise ValueError(f"no document of {m['source']} fell in split {m['split']!r} (heldout_fraction={m['heldout_fraction']}); "
+                             "raise heldout_fraction")
+    for o in outs:
+        os.replace(o['partial'], o['path'])
+        sidecar_path(o['path']).write_text(json.dumps({**o['meta'], 'n_docs': o['n_docs'], 'n_tokens': o['n_tokens']}, indent=1) + '\n')
+    return [TokenFile(o['path']) for o in outs]
+
 def tokenize_corpus(
     source: str | Path | Corpus,  # anything `resolve_corpus` takes
     tokenizer: Tokenizer,         # must have `<|endoftext|>`
@@ -322,7 +382,9 @@ def tokenize_corpus(
     *,
     split: str = 'all',           # 'all', or 'train' / 'heldout' as decided by `is_heldout`
     heldout_fraction: float = 0.01,  # share of documents held out (for split 'train' / 'heldout')
-    max_docs: int | None = None,  # read only the first documents (before splitting); needed for streamed corpora
+    max_docs: int | None = None,  # read only the first documents (before splitting)
+    max_tokens: int | None = None,  # stop once the file holds this many tokens (whole documents; None: read everything)
+    row_len: int | None = None,   # with max_tokens: count each document as its one-document row of this length would
     data_dir: str | Path | None = None,  # the data folder; default `$SGATLIN_DATA_DIR`
     batch_docs: int = 512,        # documents per call of the batch encoder
     progress: bool = True,        # show a tqdm progress bar
@@ -331,32 +393,36 @@ def tokenize_corpus(
     if split not in SPLITS: raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
     if split != 'all' and not 0 < heldout_fraction < 1:
         raise ValueError(f'heldout_fraction must be in (0, 1) for split {split!r}, got {heldout_fraction}')
+    if max_tokens is not None and max_tokens < 1: raise ValueError(f'max_tokens must be a positive integer or None, got {max_tokens}')
     corpus = source if isinstance(source, Corpus) else resolve_corpus(source, data_dir)
-    vocab_size = tokenizer.get_vocab_size()
-    meta = dict(source=corpus.source, split=split, heldout_fraction=None if split == 'all' else heldout_fraction,
-                max_docs=max_docs, tokenizer=tokenizer_hash(tokenizer), vocab_size=vocab_size,
-                eot_id=eot_id(tokenizer), dtype=token_dtype(vocab_size).name)
-    path, side = Path(path), sidecar_path(path)
-    if path.exists() and side.exists() and {k: v for k, v in json.loads(side.read_text()).items() if k in meta} == meta:
-        return TokenFile(path)
-    side.unlink(missing_ok=True)
-    texts = read_texts(corpus, max_docs=max_docs)
-    if split != 'all': texts = (t for t in texts if is_heldout(t, heldout_fraction) == (split == 'heldout'))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial, n_docs, n_tokens = path.with_name(path.name + '.partial'), 0, 0
-    with open(partial, 'wb') as f, tqdm(desc=f'tokenizing {corpus.name} [{split}]', unit=' docs', disable=not progress) as bar:
-        while docs := list(itertools.islice(texts, batch_docs)):
-            ids = packed_ids(tokenizer, docs, meta['eot_id'], token_dtype(vocab_size))
-            f.write(ids.tobytes())
-            n_docs, n_tokens = n_docs + len(docs), n_tokens + len(ids)
-            bar.update(len(docs))
-            bar.set_postfix(tokens=f'{n_tokens:,}')
-    if n_docs == 0:
-        partial.unlink()
-        raise ValueError(f'no document of {corpus.source} fell in split {split!r} (heldout_fraction={heldout_fraction}); raise heldout_fraction')
-    os.replace(partial, path)
-    side.write_text(json.dumps({**meta, 'n_docs': n_docs, 'n_tokens': n_tokens}, indent=1) + '\n')
-    return TokenFile(path)
+    meta, path = _split_meta(corpus, tokenizer, split, heldout_fraction, max_docs, max_tokens, row_len), Path(path)
+    if _reusable(path, meta): return TokenFile(path)
+    want = (lambda t: True) if split == 'all' else (lambda t: is_heldout(t, heldout_fraction) == (split == 'heldout'))
+    return _pack(read_texts(corpus, max_docs=max_docs), tokenizer, [dict(path=path, meta=meta, want=want)], batch_docs,
+                 progress, f'tokenizing {corpus.name} [{split}]')[0]
+
+def tokenize_split(
+    source: str | Path | Corpus,  # anything `resolve_corpus` takes
+    tokenizer: Tokenizer,         # must have `<|endoftext|>`
+    train_path: str | Path,       # the training token file
+    heldout_path: str | Path,     # the held-out token file
+    *,
+    heldout_fraction: float = 0.01,  # share of documents held out, by `is_heldout`
+    max_tokens: tuple = (None, None),  # (train, held-out) caps as in `tokenize_corpus`
+    row_len: tuple = (None, None),     # (train, held-out) row lengths of the caps
+    data_dir: str | Path | None = None,
+    batch_docs: int = 512,
+    progress: bool = True,
+) -> tuple[TokenFile, TokenFile]:
+    "Both hash splits of a corpus in one pass: the same two files as `tokenize_corpus` with split 'train' and 'heldout'."
+    if not 0 < heldout_fraction < 1: raise ValueError(f'heldout_fraction must be in (0, 1), got {heldout_fraction}')
+    corpus = source if isinstance(source, Corpus) else resolve_corpus(source, data_dir)
+    outs = [dict(path=Path(p), meta=_split_meta(corpus, tokenizer, split, heldout_fraction, None, cap, row),
+                 want=lambda t, h=(split == 'heldout'): is_heldout(t, heldout_fraction) == h)
+            for p, split, cap, row in zip((train_path, heldout_path), ('train', 'heldout'), max_tokens, row_len)]
+    if all(_reusable(o['path'], o['meta']) for o in outs): return TokenFile(outs[0]['path']), TokenFile(outs[1]['path'])
+    return tuple(_pack(read_texts(corpus), tokenizer, outs, batch_docs, progress, f'tokenizing {corpus.name} [train + heldout]'))
+
 
 # %% ../nbs/05_data.ipynb #d902f7a9
 def _window_batch(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> np.ndarray:

@@ -6,9 +6,8 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/gpu.html.md"""
 
 # %% auto #0
 __all__ = ['H100_BYTES', 'TRITON_CALL', 'SUBMIT_LINE', 'abstract_state', 'fsdp_mesh', 'train_step_args', 'export_train_step',
-           'argument_specs', 'state_bytes', 'activation_bytes', 'gathered_bytes', 'paper_presets', 'preset_ends',
-           'preset_row', 'gpu_table', 'table_markdown', 'min_grad_accum', 'pallas_gather', 'equal_flops_swiglu',
-           'time_train_step']
+           'argument_specs', 'paper_presets', 'preset_ends', 'preset_row', 'gpu_table', 'table_markdown',
+           'min_grad_accum', 'pallas_gather', 'equal_flops_swiglu', 'time_train_step']
 
 # %% ../nbs/92_gpu.ipynb #4be563a8
 import dataclasses
@@ -27,7 +26,8 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 from .baselines import FFWConfig
 from .complexity import H100_BF16_FLOPS, TRAIN_FLOPS_PER_FORWARD, ffw_cost, gpu_hours, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
-from .train import PRESETS, init_state, make_mesh, make_train_step, miniature_config, shard_batch, state_shardings
+from .train import (PRESETS, activation_bytes, gathered_bytes, init_state, make_mesh, make_train_step,
+                              miniature_config, shard_batch, state_bytes, state_shardings)
 from .runs import TrainConfig
 
 # %% ../nbs/92_gpu.ipynb #d86a0538
@@ -75,34 +75,6 @@ def argument_specs(exported: jax.export.Exported) -> list[str]:
     main = text[text.index('func.func public @main('):]
     main = main[:main.index(') -> (')]  # the arguments, not the results
     return re.findall(r'sdy\.sharding<@mesh, (\[[^\]]*\])>', main)
-
-# %% ../nbs/92_gpu.ipynb #f7320e57
-def state_bytes(state, shardings) -> dict:
-    "Bytes per device of the parameters and of the optimizer state (and step counter) of a sharded training state."
-    def per_device(tree, shard):
-        return sum(math.prod(s.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
-                   for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shard, is_leaf=lambda s: isinstance(s, NamedSharding))))
-    params = per_device(state['params'], shardings['params'])
-    total = per_device(state, shardings)
-    return {'params': params, 'opt_state': total - params}
-
-def activation_bytes(cfg: TrainConfig, n_devices: int) -> int:
-    "Analytic estimate of the activation memory per device of one training step of `cfg` (micro-batch of `grad_accum`)."
-    m = cfg.model
-    rows = cfg.batch_size // (n_devices * cfg.grad_accum)  # sequences per device and micro-batch
-    N, D, c = rows * m.seq_len, m.d_model, jnp.dtype(m.dtype).itemsize
-    probs = rows * m.n_heads * m.seq_len ** 2 * 4                   # float32 attention probabilities
-    block = N * 8 * D * c + N * ffw_cost(m.ffw).activations * 4 + probs  # one block's intermediates
-    kept = m.n_layers * N * D * c + 2 * block if m.remat else (m.n_layers + 1) * block
-    logits = 2 * N * m.vocab_size * 4                               # float32 logits and their gradient
-    return kept + logits
-
-def gathered_bytes(cfg: TrainConfig) -> int:
-    "One block's weights gathered from every device in the compute dtype, with their float32 gradient."
-    m = cfg.model
-    block = (model_params(m.d_model, 1, m.vocab_size, m.ffw, head_dim=m.head_dim, qk_norm=m.qk_norm)
-             - m.vocab_size * m.d_model - m.d_model)
-    return block * (jnp.dtype(m.dtype).itemsize + 4)
 
 # %% ../nbs/92_gpu.ipynb #c5bf4fab
 def paper_presets(kinds=LADDER_KINDS, scales=range(2, 9), budget: float = 6e18) -> list[tuple[str, TrainConfig]]:

@@ -15,6 +15,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -65,6 +66,15 @@ class TrainConfig:
             if getattr(self, name) not in BATCHINGS:
                 raise ValueError(f"{name} must be one of {list(BATCHINGS)}, got {getattr(self, name)!r}")
         if self.epochs < 0: raise ValueError(f"epochs must be 0 (use steps) or a positive number of passes, got {self.epochs}")
+        for name in ('batch_size', 'steps', 'grad_accum', 'eval_every', 'eval_tokens', 'ckpt_every', 'keep_ckpts'):
+            if getattr(self, name) < 1: raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ('warmup_steps', 'sample_every', 'seed', 'weight_decay'):
+            if getattr(self, name) < 0: raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
+        if not (math.isfinite(self.lr) and self.lr > 0): raise ValueError(f"lr must be a positive number, got {self.lr}")
+        if not self.clip_norm > 0: raise ValueError(f"clip_norm must be positive, got {self.clip_norm}")
+        if not 0 <= self.decay_fraction <= 1: raise ValueError(f"decay_fraction must be in [0, 1], got {self.decay_fraction}")
+        for name in ('b1', 'b2'):
+            if not 0 <= getattr(self, name) < 1: raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
 
     def to_dict(self) -> dict:
         "A JSON-ready dict."

@@ -6,12 +6,14 @@ status, and that the files already there are unchanged (`snapshot`: SHA-256 of e
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -229,7 +231,7 @@ def test_nan_loss_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch
         def wrapped(state, batch):
             new, m = step(state, batch)
             return new, {**m, 'loss': jnp.where(new['step'] >= 15, jnp.nan, m['loss'])}
-        return wrapped
+        return jax.jit(wrapped)  # train compiles the step ahead of time, from shapes
 
     monkeypatch.setattr(train_mod, "make_train_step", nan_from_15)
     with pytest.raises(RunError, match="loss became nan at step 15.*last good checkpoint is step 10"):
@@ -275,3 +277,81 @@ def test_circuit_database_of_another_model_or_schema(tmp_path, data_dir, run20):
                         "--layer", "0", "--quiet"], data_dir), "schema version 0", "reads version 1")
     (db / "manifest.json").write_bytes(original)
     assert snapshot(db) == before and not (tmp_path / "nb").exists()
+
+
+# ---- numbers out of range, impossible memory, a full disk ----
+
+def _positionals(parser) -> list[str]:
+    return ["x" for a in parser._actions if not a.option_strings and a.dest != "help"]
+
+
+def test_every_numeric_option_of_every_command_gets_one_line(capsys):
+    "Each numeric option has a range (NUMBER_MIN); a value below it, or NaN, is refused in one line naming the option."
+    from sgatlin_nb.cli import ABOVE_MIN, COMMANDS, NUMBER_MIN, command_parser, main
+    checked = 0
+    for name in COMMANDS:
+        parser = command_parser(name)
+        numeric = {a.dest: a for a in parser._actions if a.type in (int, float)}
+        assert set(numeric) <= set(NUMBER_MIN), f"sgatlin {name}: no range for {set(numeric) - set(NUMBER_MIN)}"
+        for dest, action in numeric.items():
+            flag = max(action.option_strings, key=len)
+            low = NUMBER_MIN[dest]
+            bad = [] if low is None else [low if dest in ABOVE_MIN else low - 1]
+            if action.type is float: bad.append(float("nan"))
+            for value in bad:
+                assert main([name, *_positionals(parser), flag, str(value)]) == 2, (name, flag, value)
+                err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+                assert len(err) == 1 and err[0].startswith(f"sgatlin {name}: error: {flag} must be"), (name, flag, err)
+                checked += 1
+    assert checked >= 25, checked
+
+
+def test_empty_prompt_and_bad_profile_window(tmp_path, data_dir, run20):
+    _fails(run_sgatlin(["sample", "--run", str(run20), "--prompt", ""], data_dir), "--prompt is empty")
+    _fails(run_sgatlin(["sample", "--run", str(run20), "--prompt", "Once", "--n-tokens", "0"], data_dir),
+           "--n-tokens must be at least 1")
+    _fails(_train(tmp_path / "p", data_dir, "--steps", "5", "--profile", "3"), "--profile takes START:STOP")
+    _fails(_train(tmp_path / "p", data_dir, "--steps", "5", "--profile", "4:9"), "needs 0 <= START < STOP <= steps (5)")
+    _fails(_train(tmp_path / "p", data_dir, "--lr", "-1"), "--lr must be greater than 0")
+    _fails(_train(tmp_path / "p", data_dir, "--batch-size", "0"), "--batch-size must be at least 1")
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_run_that_cannot_fit_is_refused_before_anything_is_written(tmp_path, data_dir):
+    "The paper's TinyStories model at a batch no machine holds: one line with the sizes and what would fit, no folder."
+    out = tmp_path / "big"
+    res = run_sgatlin(["train", "--config", "tinystories", "--batch-size", "65536", "--out", str(out), "--quiet"], data_dir)
+    line = _fails(res, "GB per device", "activations", "try --batch-size", "--skip-memory-check")
+    needs, has = (float(x) for x in re.search(r"needs about ([\d.]+) GB per device .* has ([\d.]+) GB", line).groups())
+    assert needs > has, line
+    assert not out.exists()
+
+
+def _as_root(*cmd) -> list[str]:
+    return list(cmd) if os.geteuid() == 0 else ["sudo", "-n", *cmd]
+
+
+def test_a_full_disk_during_a_checkpoint_says_so_and_resume_continues(tmp_path, data_dir, run20):
+    """A real full disk: the run on a tmpfs with room for its data and one checkpoint, not two. The second save fails in
+    one line naming the last good checkpoint, leaves no partial checkpoint, and --resume continues once there is room."""
+    size = lambda p: sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file())
+    ckpt = size(run20 / "checkpoints" / "10")
+    base = size(run20) - size(run20 / "checkpoints")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(_as_root("mount", "-t", "tmpfs", "-o", f"size={base + ckpt * 3 // 2 + (1 << 20)}", "tmpfs", str(disk)),
+                           capture_output=True, text=True)
+    assert mount.returncode == 0, f"this test mounts a small tmpfs, as root or through sudo -n: {mount.stderr}"
+    try:
+        run = disk / "run"
+        line = _fails(_train(run, data_dir, "--steps", "20"), f"the disk holding {run} is full",
+                      "checkpoint step 20 could not be written", "last good checkpoint is step 10", "--resume")
+        assert checkpoint_steps(run) == [10] and not list((run / "checkpoints").glob("20*")), line
+        before = snapshot(run)
+        subprocess.run(_as_root("mount", "-o", f"remount,size={4 * (base + ckpt)}", str(disk)), check=True)
+        assert snapshot(run) == before
+        res = _train(run, data_dir, "--steps", "20", "--resume")
+        assert res.returncode == 0 and '"start_step": 10' in res.stdout, res.stderr[-2000:]
+        assert checkpoint_steps(run) == [10, 20]
+    finally:
+        subprocess.run(_as_root("umount", str(disk)), capture_output=True)

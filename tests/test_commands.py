@@ -247,7 +247,7 @@ def test_usage_layer_channel(try_run, tmp_path, capsys):
 def test_train_fsdp_batch_size_from_the_shell(tmp_path, data_dir):
     from sgatlin_nb.train import PRESETS
     res = run_sgatlin(['train', '--config', 'test-tiny', '--out', 'runs/fsdp', '--steps', '2', '--batch-size', '4',
-                       '--fsdp', '--quiet'], data_dir, cwd=tmp_path,
+                       '--fsdp', '--profile', '1:2', '--quiet'], data_dir, cwd=tmp_path,
                       extra_env={'XLA_FLAGS': '--xla_force_host_platform_device_count=2'})
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / 'runs/fsdp'
@@ -258,6 +258,10 @@ def test_train_fsdp_batch_size_from_the_shell(tmp_path, data_dir):
     assert [m['step'] for m in steps] == [1, 2] and all(math.isfinite(m['loss']) for m in steps)
     assert steps[-1]['tokens'] == 2 * 4 * PRESETS['test-tiny'].model.seq_len  # steps × --batch-size × seq_len
     assert [m['step'] for m in metrics if 'eval_ppl' in m] == [2]
+    assert all(m['flops_per_s'] > 0 and 'mfu' not in m for m in steps)  # FLOP/s in every step record; no MFU on a CPU
+    # --profile 1:2 traced the second step: a TensorBoard profile and a Perfetto trace in the run
+    traces = list((run / 'profile' / 'plugins' / 'profile').glob('*/'))
+    assert len(traces) == 1 and list(traces[0].glob('*.xplane.pb')) and (traces[0] / 'perfetto_trace.json.gz').stat().st_size > 0
     # Orbax's record of the checkpoint's layout: every array on the two devices, parameters split between them
     shardings = [json.loads(s) for s in json.loads((run / 'checkpoints/2/default/_sharding').read_text()).values()]
     assert all(len(s['device_mesh']['mesh']) == 2 for s in shardings)
