@@ -97,11 +97,12 @@ def test_sigterm_saves_the_step_reached_then_resume_matches(tmp_path, data_dir, 
     proc = _start(out, data_dir)
     deadline = time.time() + 600
     while proc.poll() is None and time.time() < deadline:
-        # Freeze the run to read where it is: it stops after the logged step or the one in progress. Signal it only
-        # when neither is a checkpoint step, so the checkpoint that must exist can only come from the signal.
+        # Freeze the run to read where it is. The loop logs a step once the next one is dispatched, so it stops after
+        # the logged step or one of the two after it. Signal it only when none is a checkpoint step, so the checkpoint
+        # that must exist can only come from the signal.
         os.kill(proc.pid, signal.SIGSTOP)
         last = _last_step(out)
-        if last > 35 and last % 10 not in (0, 9):
+        if last > 35 and last % 10 not in (0, 8, 9):
             os.kill(proc.pid, signal.SIGTERM)
             os.kill(proc.pid, signal.SIGCONT)
             break
@@ -113,7 +114,7 @@ def test_sigterm_saves_the_step_reached_then_resume_matches(tmp_path, data_dir, 
     assert proc.returncode > 0, (proc.returncode, stderr[-2000:])  # it exited by itself, not killed by the signal
 
     stopped_at = _last_step(out)
-    assert last <= stopped_at <= last + 1 and stopped_at % 10 != 0, (last, stopped_at)
+    assert last <= stopped_at <= last + 2 and stopped_at % 10 != 0, (last, stopped_at)
     last_line = stderr.strip().splitlines()[-1]
     assert f"SIGTERM at step {stopped_at}:" in last_line and "--resume" in last_line, last_line
     assert _saved(out)[-1] == stopped_at, (_saved(out), stopped_at)
