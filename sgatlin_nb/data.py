@@ -352,8 +352,8 @@ def _pack(texts: Iterator[str], tokenizer: Tokenizer, outs: list[dict], batch_do
             while not all(full(o) for o in outs) and (docs := list(itertools.islice(texts, batch_docs))):
                 where = [next((i for i, o in enumerate(outs) if o['want'](d)), None) for d in docs]
                 keep = [(d, i) for d, i in zip(docs, where) if i is not None and not full(outs[i])]
-                if keep: encoded = packed_ids(tokenizer, [d for d, _ in keep], eot, dtype, split=True)
-                for (_, i), ids in zip(keep, encoded if keep else []):
+                encoded = packed_ids(tokenizer, [d for d, _ in keep], eot, dtype, split=True) if keep else []
+                for (_, i), ids in zip(keep, encoded):
                     o = outs[i]
                     if full(o): continue
                     o['file'].write(ids.tobytes())

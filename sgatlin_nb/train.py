@@ -9,10 +9,10 @@ __all__ = ['PRESETS', 'PAIRED', 'WHOLE_CORPUS_BYTES', 'TOKENIZER_TEXT_BYTES', 'S
            'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses', 'lm_loss', 'make_mesh',
            'param_sharding', 'process_rows', 'shard_batch', 'first_host', 'slurm_distributed_args', 'init_distributed',
            'resolve_steps', 'train_batch', 'miniature_config', 'tokenized_whole', 'run_tokens', 'prepare_data',
-           'init_state', 'state_shardings', 'make_train_step', 'make_eval_step', 'evaluate', 'state_bytes',
-           'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit', 'memory_preflight',
-           'xla_memory', 'xla_preflight', 'sample_text', 'on_process_0', 'StopSignals', 'request_stop', 'peak_flops',
-           'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
+           'init_state', 'state_shardings', 'make_train_step', 'make_eval_step', 'evaluate', 'abstract_state',
+           'state_bytes', 'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit',
+           'memory_preflight', 'xla_memory', 'xla_preflight', 'sample_text', 'on_process_0', 'StopSignals',
+           'request_stop', 'peak_flops', 'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import contextlib
@@ -341,6 +341,15 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count)}
 
 # %% ../nbs/06_train.ipynb #e23a0002
+def abstract_state(cfg: TrainConfig):
+    "The model graph, the training state as `ShapeDtypeStruct`s (nothing allocated) and the optimizer of `cfg`."
+    made = {}
+    def build():
+        made['graphdef'], state, made['tx'] = init_state(cfg)
+        return state
+    state = jax.eval_shape(build)
+    return made['graphdef'], state, made['tx']
+
 def state_bytes(state, shardings) -> dict:
     "Bytes per device of the parameters and of the optimizer state (and step counter) of a sharded training state."
     def per_device(tree, shard):
@@ -370,7 +379,7 @@ def gathered_bytes(cfg: TrainConfig) -> int:
 
 def memory_estimate(cfg: TrainConfig, n_devices: int = 1) -> dict:
     "Bytes per device of training `cfg` on `n_devices` (sharded if `cfg.fsdp`), by part and in total; nothing is allocated."
-    state = jax.eval_shape(lambda: init_state(cfg)[1])
+    _, state, _ = abstract_state(cfg)
     sb = state_bytes(state, state_shardings(state, AbstractMesh((n_devices,), ('data',)), cfg.fsdp))
     parts = {'params': sb['params'], 'opt_state': sb['opt_state'],
              'grads': sb['params'] * (2 if cfg.grad_accum > 1 else 1),  # plus the accumulator of micro-batches
@@ -608,12 +617,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
     # the other processes open what process 0 prepared (a new run has no checkpoint, so `resume` is enough for them)
     resuming, tokenizer, train_tf, valid_tf, notes = prepared if first else (resume, *prepare_data(cfg, data, out, False), [])
     cfg = resolve_steps(cfg, train_tf)  # after run.json, which keeps the config as given
-    made = {}
-    def build():
-        made['graphdef'], st, made['tx'] = init_state(cfg)
-        return st
-    abstract = jax.eval_shape(build)  # the state's shapes: nothing allocated yet
-    graphdef, tx = made['graphdef'], made['tx']
+    graphdef, abstract, tx = abstract_state(cfg)  # the state's shapes: nothing allocated yet
     shardings = state_shardings(abstract, mesh, cfg.fsdp)
     # compiled ahead of time, so XLA's own memory plan is checked before the state takes any memory
     train_step = make_train_step(graphdef, tx, cfg.grad_accum, shardings, mesh).lower(
