@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import jax
-from fastcore.script import anno_parser, store_true
+from fastcore.script import anno_parser
 
 from .train import PRESETS, DiskFull, evaluate, init_distributed, make_eval_step, sample_text, train as train_run
 from .runs import Preempted, RunError, list_runs, load_run
@@ -38,12 +38,12 @@ def train(config: str = 'tinystories-cpu',   # preset: tinystories-cpu, tinystor
           batch_size: int = None,             # sequences per step (default: the preset's)
           lr: float = None,                   # peak learning rate (default: the preset's)
           tokenizer: str = None,              # 'train' (BPE on the corpus), 'sgatlin', 'gpt2' or a tokenizer.json path
-          resume: store_true = False,           # continue the run in --out from its latest checkpoint
-          fsdp: store_true = False,             # shard parameters over all devices (FSDP) instead of replicating them
+          resume: bool = False,               # continue the run in --out from its latest checkpoint
+          fsdp: bool = False,                 # shard parameters over all devices (FSDP) instead of replicating them
           wandb: str = None,                  # also log to this Weights & Biases project (needs the wandb extra)
           profile: str = None,                # START:STOP: trace those steps with jax.profiler into OUT/profile
-          skip_memory_check: store_true = False, # train even if the memory estimate says the run cannot fit
-          quiet: store_true = False):           # no progress bar
+          skip_memory_check: bool = False,    # train even if the memory estimate says the run cannot fit
+          quiet: bool = False):               # no progress bar
     "Train a language model with an sgatlin feedforward layer (or a baseline) and checkpoint it into --out."
     distributed = init_distributed()  # one task of several under Slurm: join them before any other JAX call
     if config not in PRESETS:
@@ -184,8 +184,8 @@ def record(run: str = 'runs/tinystories-cpu',   # training run to record
            step: int = None,                     # checkpoint step (default: latest)
            batch_size: int = 16,                 # documents per forward pass
            max_len: int = None,                  # tokens recorded per document (default: the model's seq_len)
-           overwrite: store_true = False,        # replace a circuit database already at --out
-           quiet: store_true = False):           # no progress bar
+           overwrite: bool = False,              # replace a circuit database already at --out
+           quiet: bool = False):                 # no progress bar
     "Record every layer's gates and top-5 predictions of a run's model over held-out text into a circuit database."
     from sgatlin_nb.record import record_run
     db = record_run(run, out, data=data, n_docs=n_docs or None, seed=seed, step=step, batch_size=batch_size,
@@ -203,7 +203,7 @@ def neighbours(sentence: str,               # text to analyse (positional); best
                k: int = 10,                 # neighbours per token
                focus: str = None,           # part of the sentence to tabulate (default: all of it)
                width: int = 8,              # context tokens on each side of a neighbour
-               quiet: store_true = False):  # no progress bar
+               quiet: bool = False):        # no progress bar
     "The nearest recorded circuits of each token of a sentence: a table and a heatmap like the paper's figure 6."
     from sgatlin_nb.neighbours import write_neighbours
     paths = write_neighbours(sentence, out, run=run, db=db, layer=layer, k=k, focus=focus, width=width, progress=not quiet)
@@ -225,7 +225,7 @@ def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circ
         by: str = 'group',           # colour by token group or by the most frequent tokens (colour)
         n_epochs: int = 200,         # UMAP epochs
         seed: int = 0,               # UMAP seed
-        quiet: store_true = False):  # no progress bar
+        quiet: bool = False):        # no progress bar
     "A UMAP map of the circuits of the most frequent tokens, per layer, and how pure their token groups are (figure 5 of the paper)."
     from sgatlin_nb.embedding import write_map
     files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by, layers=_int_list(layers, '--layers'),
@@ -239,8 +239,8 @@ def demo(data: str = 'tinystories',  # corpus: 'tinystories', a path, a name und
          config: str = 'demo',       # training preset (demo: 300 steps of tinystories-cpu; test-tiny for a quick check)
          steps: int = None,          # optimizer steps (default: the preset's)
          n_stories: int = 128,       # held-out stories for the circuit database and the usage counts
-         reference: store_true = False,  # analyse the committed 4-layer reference model instead of training one
-         quiet: store_true = False): # no progress bars (the one-line status of each stage stays)
+         reference: bool = False,    # analyse the committed 4-layer reference model instead of training one
+         quiet: bool = False):       # no progress bars (the one-line status of each stage stays)
     "Train a small sgatlin model on TinyStories (or take the reference model), analyse its circuits and write a self-contained report.html into --out."
     from sgatlin_nb.demo import run_demo
     summary = run_demo(out, data=data, config=config, steps=steps, n_stories=n_stories, progress=not quiet, reference=reference)
@@ -313,7 +313,11 @@ RENAMED = {'eval': {'--out': '--run'}, 'sample': {'--out': '--run'}, 'patch': {'
 
 def command_parser(name: str):
     "The argparse parser of `sgatlin NAME`, its help ending with an example line."
-    parser = PARSERS[name]() if name in PARSERS else anno_parser(COMMANDS[name], prog=f'sgatlin {name}')
+    if name in PARSERS: parser = PARSERS[name]()
+    else:
+        parser = anno_parser(COMMANDS[name], prog=f'sgatlin {name}')
+        for action in parser._actions:  # fastcore's metavar '(str)': some Pythons' argparse strips parentheses from usage lines
+            if action.option_strings and action.metavar: action.metavar = action.dest.upper()
     parser.epilog = f"example: {EXAMPLES[name]}"
     return parser
 

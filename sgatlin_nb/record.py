@@ -261,6 +261,11 @@ def _differences(actual, expected, prefix: str = '') -> list[str]:
         return [d for k, v in expected.items() for d in _differences(actual.get(k), v, f'{prefix}{k}.')]
     return [] if actual == expected else [f"{prefix.rstrip('.')}: database {actual!r}, expected {expected!r}"]
 
+def _shown(path: Path) -> str:
+    "`path` relative to the working directory if it lies inside it, else its last component."
+    try: return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError: return path.name
+
 class CircuitDB:
     "A circuit database directory: its manifest, documents, tokens and per-layer gates, read from Parquet."
     def __init__(self,
@@ -286,9 +291,9 @@ class CircuitDB:
         self.n_layers, self.n_channels, self.k, self.d_ffw = r['n_layers'], r['n_channels'], r['k'], r['d_ffw']
         self.n_rows = m['counts']['tokens']
 
-    def __repr__(self):
+    def __repr__(self):  # the folder relative to the working directory, else its name alone
         c = self.manifest['counts']
-        return (f"CircuitDB({str(self.path)!r}: {c['tokens']:,} tokens of {c['documents']:,} documents, "
+        return (f"CircuitDB({_shown(self.path)!r}: {c['tokens']:,} tokens of {c['documents']:,} documents, "
                 f"{self.n_layers} layers × {self.n_channels} channels × k={self.k} of {self.d_ffw})")
 
     @cached_property

@@ -67,7 +67,7 @@ def train_reference(work: str | Path = 'runs/reference', stop_at: int | None = N
     return run
 
 # %% ../nbs/09_reference.ipynb #9acc3237
-REFERENCE_DIR = Path(sgatlin_nb.__file__).parent / 'reference_model'
+REFERENCE_DIR = Path(sgatlin_nb.__file__).parent / 'reference_model'  # the committed model, inside the package
 PROMPTS = ('Once upon a time', 'Tom and his mom went to the', 'The little bird was sad because')
 COMMAND = 'python scripts/train_reference.py'
 
@@ -100,9 +100,9 @@ def heldout_eval(run: str | Path, max_tokens: int | None = None) -> dict:
 
 HEAD_TOKENS = 16_384  # the first held-out tokens, scored again by the check below
 
-def export_reference(run: str | Path, dest: str | Path = REFERENCE_DIR) -> dict:
-    "Write the committed files of the reference model (weights, config, logs, samples, manifest) from its training run."
-    run, dest = Path(run), Path(dest)
+def export_reference(run: str | Path, dest: str | Path | None = None) -> dict:
+    "Write the committed files of the reference model (weights, config, logs, samples, manifest) from its training run into `dest` (default: `REFERENCE_DIR`)."
+    run, dest = Path(run), Path(dest or REFERENCE_DIR)
     cfg, tokenizer, graphdef, params, step = load_run(run)
     dest.mkdir(parents=True, exist_ok=True)
     for name in ('run.json', 'tokenizer.json', 'metrics.jsonl'): shutil.copy(run / name, dest / name)
@@ -145,9 +145,9 @@ def _train_seconds(metrics: list[dict]) -> float:
     return last['tokens'] / last['tokens_per_s']
 
 # %% ../nbs/09_reference.ipynb #61086abf
-def check_reference(path: str | Path = REFERENCE_DIR) -> dict:
-    "The manifest of the committed reference model, after checking its files' SHA-256; `RunError` naming what differs."
-    path = Path(path)
+def check_reference(path: str | Path | None = None) -> dict:
+    "The manifest of the reference model in `path` (default: the committed `REFERENCE_DIR`), after checking its files' SHA-256; `RunError` naming what differs."
+    path = Path(path or REFERENCE_DIR)
     if not (path / 'manifest.json').exists():
         raise RunError(f"no reference model at {path}: make it with `{COMMAND}`")
     manifest = json.loads((path / 'manifest.json').read_text())
@@ -157,11 +157,12 @@ def check_reference(path: str | Path = REFERENCE_DIR) -> dict:
             raise RunError(f"{path / name} differs from the reference model's manifest (SHA-256): restore it (git checkout) or run `{COMMAND}`")
     return manifest
 
-def reference_run(path: str | Path = REFERENCE_DIR) -> Path:
-    "The committed reference model's run directory, its files checked against the manifest."
+def reference_run(path: str | Path | None = None) -> Path:
+    "The reference model's run directory (default: the committed `REFERENCE_DIR`), its files checked against the manifest."
+    path = Path(path or REFERENCE_DIR)
     check_reference(path)
-    return Path(path)
+    return path
 
-def reference_model(path: str | Path = REFERENCE_DIR):
-    "The reference model as `load_run` gives a run: `(cfg, tokenizer, graphdef, params, step)`."
+def reference_model(path: str | Path | None = None):
+    "The reference model (default: the committed one) as `load_run` gives a run: `(cfg, tokenizer, graphdef, params, step)`."
     return load_run(reference_run(path))

@@ -380,7 +380,7 @@ def isoflop_chart(df: pd.DataFrame, corpus: str) -> alt.FacetChart:
     "The paper's figure 3 for `corpus`: held-out perplexity against parameters, a panel per budget, a line per variant."
     d = df[df.main & (df.corpus == corpus) & df.eval_ppl.notna()]
     return alt.Chart(d).mark_line(point=True).encode(
-        x=alt.X('params:Q', scale=alt.Scale(type='log'), title='parameters'),
+        x=alt.X('params:Q', scale=alt.Scale(type='log'), title='parameters', axis=alt.Axis(format='~s')),
         y=alt.Y('eval_ppl:Q', scale=alt.Scale(type='log', zero=False), title='held-out perplexity'),
         color=alt.Color('variant:N', sort=list(LADDER_KINDS)), tooltip=_TOOLTIP,
     ).properties(width=190, height=190).facet(

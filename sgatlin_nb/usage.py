@@ -171,13 +171,17 @@ def subkey_sharing(neurons: Sequence[int], d_ffw: int) -> np.ndarray:
     return kind
 
 def sharing_summary(co: Coactivation, d_ffw: int) -> pd.DataFrame:
-    "Mean conditional coactivation and number of ordered pairs by shared sub-key; `.attrs['sharing ratio']` = shared / none."
+    "Mean conditional coactivation and number of ordered pairs by shared sub-key; `.attrs['sharing ratio']` = shared / none (NaN if no unrelated pair fired together)."
     kind = subkey_sharing(co.neurons, d_ffw)
-    rows = [{'shared': s, 'pairs': int((kind == c).sum()), 'mean coactivation': np.nanmean(co.conditional[kind == c])}
+    def mean(x):  # over the pairs whose first neuron fired; NaN if there is none
+        x = x[~np.isnan(x)]
+        return float(x.mean()) if x.size else math.nan
+    rows = [{'shared': s, 'pairs': int((kind == c).sum()), 'mean coactivation': mean(co.conditional[kind == c])}
             for c, s in enumerate(SHARING[:3])]
     df = pd.DataFrame(rows).set_index('shared')
-    shared = co.conditional[kind <= SHARING.index('second sub-key')]
-    df.attrs['sharing ratio'] = float(np.nanmean(shared) / df.loc['none', 'mean coactivation'])
+    shared, none = mean(co.conditional[kind <= SHARING.index('second sub-key')]), df.loc['none', 'mean coactivation']
+    # no pair sharing no sub-key fired together (too few tokens): the ratio is unbounded, so it is left undefined
+    df.attrs['sharing ratio'] = shared / none if none > 0 else math.nan
     return df
 
 # %% ../nbs/14_usage.ipynb #2d310f96
@@ -207,7 +211,7 @@ def record_indices(model, tokens, batch_size: int = 32) -> list[np.ndarray]:
 
 # %% ../nbs/14_usage.ipynb #ff3177fc
 def usage_table(indices: Sequence, tokens, valid, d_ffw: int) -> pd.DataFrame:
-    "Per layer and channel: fraction of neurons used, Gini of the firing counts (all tokens; distinct tokens once, pooled and per sequence) and the uniform-router floors."
+    "Per layer (numbered from 1) and channel: fraction of neurons used, Gini of the firing counts (all tokens; distinct tokens once, pooled and per sequence) and the uniform-router floors."
     first, first_seq = first_occurrences(tokens, valid), first_occurrences(tokens, valid, per_sequence=True)
     n_all, n_first = int(np.asarray(valid).sum()), int(first.sum())
     n_seq = first_seq.sum(-1)
@@ -218,7 +222,7 @@ def usage_table(indices: Sequence, tokens, valid, d_ffw: int) -> pd.DataFrame:
         g_seq = np.nanmean(sequence_gini(idx, d_ffw, first_seq), 0)
         floor_seq = uniform_router_gini_per_sequence(n_seq, d_ffw, k)
         for c, (used, g, g1, gs) in enumerate(zip(fraction_used(counts), gini(counts), gini(counts_first), g_seq)):
-            rows.append({'layer': l, 'channel': c, 'fraction used': used, 'gini': g, 'gini (distinct tokens)': g1,
+            rows.append({'layer': l + 1, 'channel': c, 'fraction used': used, 'gini': g, 'gini (distinct tokens)': g1,
                          'uniform gini': uniform_router_gini(n_all, d_ffw, k),
                          'uniform gini (distinct tokens)': uniform_router_gini(n_first, d_ffw, k),
                          'gini per sequence (distinct tokens)': gs,
@@ -229,13 +233,13 @@ def usage_table(indices: Sequence, tokens, valid, d_ffw: int) -> pd.DataFrame:
 
 # %% ../nbs/14_usage.ipynb #c45bce9e
 def sharing_table(indices: Sequence, d_ffw: int, valid=None, seed: int = 0) -> pd.DataFrame:
-    "Per layer and channel, the sharing ratio over all neurons of the channel, and the same with neuron labels permuted (control)."
+    "Per layer (numbered from 1) and channel, the sharing ratio over all neurons of the channel, and the same with neuron labels permuted (control)."
     perm = np.random.default_rng(seed).permutation(d_ffw)
     rows = []
     for l, idx in enumerate(indices):
         for c in range(idx.shape[-2]):
             ratio = lambda i: sharing_summary(coactivation(i, d_ffw, range(d_ffw), c, valid), d_ffw).attrs['sharing ratio']
-            rows.append({'layer': l, 'channel': c, 'sharing ratio': ratio(idx), 'permuted labels': ratio(perm[idx])})
+            rows.append({'layer': l + 1, 'channel': c, 'sharing ratio': ratio(idx), 'permuted labels': ratio(perm[idx])})
     return pd.DataFrame(rows)
 
 # %% ../nbs/14_usage.ipynb #92d6a167
@@ -273,7 +277,7 @@ def frequency_chart(indices: Sequence, d_ffw: int, valid=None) -> alt.Chart:
         counts = neuron_counts(idx, d_ffw, valid)
         n_tok = counts.sum(-1, keepdims=True) / idx.shape[-1]
         rel = (counts / n_tok / (idx.shape[-1] / d_ffw)).reshape(-1)
-        label = f'layer {l}: pooled Gini {gini(counts).mean():.2f}, {(rel == 0).mean():.0%} never fire'
+        label = f'layer {l + 1}: Gini {gini(counts).mean():.2f}, {(rel == 0).mean():.0%} never fire'
         # Binned here rather than by Vega-Lite: the page then carries ~30 bars per layer, not one row per neuron.
         lr = np.log2(rel[rel > 0])
         edges = np.arange(np.floor(2 * lr.min(initial=0)), np.ceil(2 * lr.max(initial=0)) + 2) / 2  # half-octave bins, 0 included
@@ -283,7 +287,7 @@ def frequency_chart(indices: Sequence, d_ffw: int, valid=None) -> alt.Chart:
         x=alt.X('from:Q', title='log2( firing rate / (k / d_ffw) )'), x2='to:Q',
         y=alt.Y('neurons:Q', stack=None, title='neurons'),
         y2=alt.datum(0),  # bars from zero: with x and x2 given, Vega-Lite would otherwise draw a thin band
-        color=alt.Color('layer:N', legend=alt.Legend(orient='top', direction='vertical', title=None)),
+        color=alt.Color('layer:N', legend=alt.Legend(orient='top', direction='vertical', title=None, labelLimit=0)),
         tooltip=['layer', 'from', 'to', 'neurons'],
     ).properties(width=300, height=320, title='Firing rates (each distinct token once)')
 
@@ -320,7 +324,6 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
     indices = record_indices(nnx.merge(graphdef, params), tokens, batch_size)
     usage = usage_table(indices, tokens, valid, F)
     co = coactivation(indices[layer], F, range(n_neurons), channel, valid)
-    sharing = sharing_summary(co, F)
     shares = sharing_table(indices, F, valid, seed)
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
     usage.to_csv(out / 'usage.csv', index=False)
@@ -337,7 +340,7 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
                'gini per sequence (distinct tokens)': float(usage['gini per sequence (distinct tokens)'].mean()),
                'uniform gini per sequence (distinct tokens)': float(usage['uniform gini per sequence (distinct tokens)'].mean()),
                'coactivation layer': layer, 'coactivation channel': channel,
-               'sharing ratio': sharing.attrs['sharing ratio'],
-               'mean coactivation': sharing['mean coactivation'].to_dict()}
+               'sharing ratio': float(shares['sharing ratio'].mean()),  # whole channels, all layers
+               'mean coactivation': sharing_summary(co, F)['mean coactivation'].to_dict()}
     (out / 'summary.json').write_text(json.dumps(summary, indent=1))
     return summary

@@ -12,6 +12,21 @@ Debian's chromedriver with the network cut off. A page passes when it loaded (it
 formula was typeset, every chart of the notebook drew marks (and no vega error text), and neither the page nor
 any chart is blank in the screenshot. Pages and screenshots are kept in build/docs_screenshots/.
 
+Nor may a page show what a reader should never see (`shown_problems`). Only outputs are read, as the browser shows
+them (text of each code cell's output area, scripts aside, and of its table cells); sources and prose are what the
+author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Four kinds:
+  - repr: a Python object's default repr, `<function f at 0x7f...>` or any `<... at 0x...>`, also with the address
+    stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), show_doc signatures included;
+  - path: a folder of the machine that built the page: the executed copy (.../sgatlin_executed...), the repository,
+    the data folder ($SGATLIN_DATA_DIR), the home folder (caches). A scratch folder that a page makes for its own
+    example (`tempfile.mkdtemp()`, /tmp/tmpXXXXXXXX) is not the build's: a reader who runs the page gets one too;
+  - warning: a `RuntimeWarning` in any output (stderr included);
+  - nan: a table cell (HTML or Markdown table of an output) reading NaN, inf, -inf, Infinity, <NA> or NaT, alone or
+    within a formatted value ("nan %"); show_doc's parameter tables are exempt (a default of inf is a signature).
+A cell whose output is meant to show one of these says so with a cell tag (cell metadata "tags", which nbdev-clean
+keeps): `expect-repr`, `expect-path`, `expect-warning` or `expect-nan`; that kind is then not checked in that cell's
+outputs. Use it only where the page really means it (a page that shows how NaN is reported, say).
+
 Executed notebooks come from $SGATLIN_EXECUTED_NBS (scripts/test.sh sets it to the copy its
 nbdev-test step ran in); otherwise this session executes them itself with scripts/execute_nbs.sh.
 """
@@ -298,6 +313,106 @@ def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     for ch in rep["charts"]:
         box = tuple(round(v) for v in (ch["x"], ch["y"], ch["x"] + ch["w"], ch["y"] + ch["h"]))
         assert _inked(img.crop(box)) > 0.005, f"{name}: chart {ch['id']} is blank in the screenshot"
+    problems = shown_problems(page_nb, browser.execute_script(SHOWN_JS), build_folders(executed_nbs))
+    assert not problems, (f"{name}: the page shows what no page should (tag the cell expect-repr/-path/-warning/-nan "
+                          f"only where it is meant):\n" + "\n".join(p[2] for p in problems))
+
+
+# What each code cell's outputs show in the browser (document order, one entry per code cell): the output area's
+# text without scripts and styles (a chart's spec is not shown; its drawn labels are), and the text of its table cells.
+SHOWN_JS = """return [...document.querySelectorAll('.jp-CodeCell')].map(cell => {
+  const out = cell.querySelector('.jp-OutputArea');
+  if (!out) return {text: '', table_cells: []};
+  const c = out.cloneNode(true);
+  c.querySelectorAll('script, style').forEach(n => n.remove());
+  return {text: c.textContent, table_cells: [...out.querySelectorAll('td, th')].map(td => td.textContent.trim())};
+})"""
+
+EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "warning": "expect-warning", "nan": "expect-nan"}
+_REPR = re.compile(r"<[^<>\n]*(?:<[^<>\n]*>[^<>\n]*)* at 0x[0-9a-fA-F]+>"  # <function <lambda> at 0x7f...> too
+                   r"|<(?:function|bound method|built-in function|built-in method) [^<>\n]*(?:<[^<>\n]*>[^<>\n]*)*>"
+                   r"|<[\w.]+ object>")
+_WARNING = re.compile(r"\bRuntimeWarning\b")
+_MISSING = re.compile(r"(?<![\w.])[-+]?(?:nan|inf|infinity)(?![\w.-])|<NA>|(?<!\w)(?-i:NaT)(?!\w)", re.IGNORECASE)
+
+
+def build_folders(executed_nbs: Path | None = None) -> list[str]:
+    "The folders of the machine that builds the pages: none belongs on a page."
+    dirs = {str(ROOT), str(Path.home()), os.environ.get("SGATLIN_DATA_DIR", "")}
+    if executed_nbs is not None:
+        dirs.add(str(executed_nbs.resolve().parent))
+    return sorted(d.rstrip("/") for d in dirs if d.strip("/"))
+
+
+def _path_re(folders) -> re.Pattern:
+    alts = [re.escape(d) + r"(?![\w.-])" for d in sorted(folders, key=len, reverse=True)]
+    return re.compile(r"(?<![\w.~/-])(?:" + "|".join(alts) + r")|sgatlin_executed")
+
+
+def _snippet(text: str, m: re.Match, width: int = 60) -> str:
+    return " ".join(text[max(0, m.start() - width):m.end() + width].split())
+
+
+def shown_problems(page_nb, shown: list[dict], folders: list[str]) -> list[tuple[int, str, str]]:
+    """What the page's outputs show that a page must not (see the module's docstring): (code cell, kind, line).
+
+    `shown` is SHOWN_JS's report on the rendered `page_nb`: one entry per code cell, in order."""
+    code = [c for c in page_nb.cells if c.cell_type == "code"]
+    assert len(code) == len(shown), f"{len(code)} code cells but {len(shown)} on the page"
+    path_re, found = _path_re(folders), []
+    for i, (cell, out) in enumerate(zip(code, shown)):
+        tags = set(cell.metadata.get("tags", []))
+        where = f"code cell {i} ({(cell.source.splitlines() or [''])[0][:50]!r})"
+        text = out["text"]
+        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("warning", _WARNING, [text])]
+        if not re.search(r"\bshow_doc\(", cell.source):
+            checks.append(("nan", _MISSING, out["table_cells"]))
+        for kind, pat, texts in checks:
+            if EXPECT_TAG[kind] in tags:
+                continue
+            hits = [(t, m) for t in texts for m in pat.finditer(t)]
+            if hits:
+                more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
+                found.append((i, kind, f"{where}: {kind}: {_snippet(*hits[0])!r}{more}"))
+    return found
+
+
+def test_shown_problems_are_caught(browser, tmp_path):
+    "Each thing a page must not show is caught in a rendered page, and the cell tag that expects it lets it be."
+    import pandas as pd
+    table = pd.DataFrame({"loss": [0.5, float("nan")], "ratio": [float("-inf"), 1.0]}).to_html()
+    ok_table = pd.DataFrame({"loss": [0.5, 0.25], "note": ["inference", "Inf. budget"]}).to_html()
+    out = lambda text, name="stdout": [nbformat.v4.new_output("stream", name=name, text=text)]
+    html = lambda h: [nbformat.v4.new_output("execute_result", {"text/html": h, "text/plain": "table"})]
+    md = lambda m: [nbformat.v4.new_output("display_data", {"text/markdown": m, "text/plain": "md"})]
+    bad = {  # kind: outputs
+        "repr": html("<pre>f=&lt;function relu at 0x7f3a2b1c&gt;</pre>"),
+        "path": out("checkpoint written to /tmp/sgatlin_executed.x1y2/runs/a\n"),
+        "warning": out("/x/numpy/core/_methods.py:48: RuntimeWarning: invalid value encountered\n", "stderr"),
+        "nan": html(table),
+    }
+    cells = [nbformat.v4.new_markdown_cell("# Checks\n\nNaN and inf in prose, a path `/tmp/run` in an example.")]
+    for kind, outputs in bad.items():
+        cells.append(nbformat.v4.new_code_cell(f"# shows a {kind}", outputs=outputs))
+    for kind, outputs in bad.items():  # the same, meant
+        cells.append(nbformat.v4.new_code_cell(f"# means a {kind}", outputs=outputs, metadata={"tags": [EXPECT_TAG[kind]]}))
+    cells += [  # what is fine (code, prose, relative paths, words), but for a computed Markdown table's nan (cell 9)
+        # and the repr in a show_doc signature (cell 10; its parameter table's default of inf is fine)
+        nbformat.v4.new_code_cell("x = float('nan')  # NaN in code\nout = '/tmp/run'", outputs=html(ok_table)),
+        nbformat.v4.new_code_cell("", outputs=md("| step | loss |\n|---|---|\n| 1 | nan % |"),
+                                  metadata={"tags": ["remove_input"]}),
+        nbformat.v4.new_code_cell("show_doc(train)", outputs=md("### train\n\n| | Default |\n|--|--|\n| max_steps | inf |\n\n"
+                                                                ">      train (f=<function relu at 0x7f00>)")),
+        nbformat.v4.new_code_cell("print(rel)", outputs=out("runs/tmp/a, see https://x.org/tmp/b, /tmpfs not a path, a page's scratch /tmp/tmpk2j4x9qz/r\n")),
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    page = tmp_path / "checks.html"
+    page.write_text(render_page(nb, "Checks"), encoding="utf-8")
+    browser.get(page.as_uri())
+    found = shown_problems(nb, browser.execute_script(SHOWN_JS), build_folders())
+    assert [f[:2] for f in found] == [*enumerate(bad), (9, "nan"), (10, "repr")], found
+    lines = [f[2] for f in found]
+    assert "relu at 0x7f3a2b1c" in lines[0] and "/tmp/sgatlin_executed" in lines[1] and "-inf" in lines[3] and "(and 1 more)" in lines[3], lines
 
 
 def _proc_log(processed_nbs: Path) -> str:

@@ -55,12 +55,13 @@ SIDEBAR_SECTIONS = [("The layer", 0, 4), ("Training & scaling", 4, 9), ("Interpr
 def test_sidebar_lists_every_notebook_once_in_order():
     import yaml
     contents = yaml.safe_load((ROOT / "_quarto.yml").read_text())["website"]["sidebar"]["contents"]
-    assert contents[:2] == ["index.ipynb", "tour.ipynb"], "the landing page, then the tour, open the sidebar"
-    assert [s["section"] for s in contents[2:]] == [name for name, _, _ in SIDEBAR_SECTIONS]
-    for sec, (name, lo, hi) in zip(contents[2:], SIDEBAR_SECTIONS):
+    assert contents[:3] == ["index.ipynb", "tour.ipynb", "results.ipynb"], \
+        "the landing page, the tour and the results page open the sidebar"
+    assert [s["section"] for s in contents[3:]] == [name for name, _, _ in SIDEBAR_SECTIONS]
+    for sec, (name, lo, hi) in zip(contents[3:], SIDEBAR_SECTIONS):
         want = [p.name for p in NOTEBOOKS if p.name[:2].isdigit() and lo <= int(p.name[:2]) < hi]
         assert sec["contents"] == want, f"sidebar section {name!r} lists {sec['contents']}, nbs/ has {want}"
-    listed = contents[:2] + [nb for sec in contents[2:] for nb in sec["contents"]]
+    listed = contents[:3] + [nb for sec in contents[3:] for nb in sec["contents"]]
     assert sorted(listed) == sorted(p.name for p in NOTEBOOKS), "every notebook in nbs/ appears once in the sidebar"
 
 
@@ -213,3 +214,25 @@ def test_parameter_check_can_fail():
     assert _parameter_problems(nb("run_paper = False", "#| gpu\nif run_paper: pass")) == \
         ["has #| gpu cells but no `run_full = False` parameter"]
     assert _parameter_problems(nb("run_full = False", "#| gpu\nif run_full: pass")) == []
+
+
+def _lint_workflows(*paths) -> subprocess.CompletedProcess:
+    "check-jsonschema against the GitHub workflow schema it ships (no network)."
+    return subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                           *map(str, paths)], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_workflows_are_valid(tmp_path):
+    "Both GitHub Actions workflows validate; a broken one (a misspelt `steps`, a job without `runs-on`) does not."
+    workflows = [ROOT / ".github" / "workflows" / name for name in ("test.yml", "deploy.yml")]
+    assert all(p.exists() for p in workflows), workflows
+    res = _lint_workflows(*workflows)
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = (ROOT / ".github" / "workflows" / "test.yml").read_text()
+    for broken, why in [(text.replace("    steps:", "    stepz:"), "'stepz' was unexpected"),
+                        (text.replace("    runs-on: ubuntu-latest\n", ""), "'runs-on' is a required property")]:
+        assert broken != text
+        bad = tmp_path / "broken.yml"
+        bad.write_text(broken)
+        res = _lint_workflows(bad)
+        assert res.returncode != 0 and why in res.stdout + res.stderr, res.stdout + res.stderr
