@@ -94,7 +94,7 @@ class Attention(nnx.Module):
         self.k_norm = RMSNorm(E) if qk_norm else None
         self.rope_base, self.dtype = rope_base, dtype
 
-    def qkv(self, x_BxTxD, positions_T):
+    def _qkv(self, x_BxTxD, positions_T):
         "Queries, keys and values `[B, T, H, E]` of `x` at `positions_T`: projected, QK-normed, queries and keys rotated."
         x_BxTxD = x_BxTxD.astype(self.dtype)
         w = lambda p: p[...].astype(self.dtype)
@@ -106,14 +106,14 @@ class Attention(nnx.Module):
         return rope(q_BxTxHxE, positions_T, self.rope_base), rope(k_BxTxHxE, positions_T, self.rope_base), v_BxTxHxE
 
     def __call__(self, x_BxTxD, positions_T):
-        q_BxTxHxE, k_BxTxHxE, v_BxTxHxE = self.qkv(x_BxTxD, positions_T)
+        q_BxTxHxE, k_BxTxHxE, v_BxTxHxE = self._qkv(x_BxTxD, positions_T)
         o_BxTxHxE = jax.nn.dot_product_attention(q_BxTxHxE, k_BxTxHxE, v_BxTxHxE, is_causal=True)
         return jnp.einsum('bthe,hed->btd', o_BxTxHxE, self.w_o[...].astype(self.dtype))
 
     def decode(self, x_BxTxD, start, k_BxSxHxE, v_BxSxHxE):
         "Attention of `T` new positions `start, ..., start + T - 1` to every position up to their own, with the keys and values of the earlier ones read from a cache `[B, S, H, E]`; also the cache with the new ones written in."
         positions_T = start + jnp.arange(x_BxTxD.shape[1])
-        q_BxTxHxE, k_new, v_new = self.qkv(x_BxTxD, positions_T)
+        q_BxTxHxE, k_new, v_new = self._qkv(x_BxTxD, positions_T)
         k_BxSxHxE = jax.lax.dynamic_update_slice_in_dim(k_BxSxHxE, k_new.astype(k_BxSxHxE.dtype), start, axis=1)
         v_BxSxHxE = jax.lax.dynamic_update_slice_in_dim(v_BxSxHxE, v_new.astype(v_BxSxHxE.dtype), start, axis=1)
         mask_TxS = positions_T[:, None] >= jnp.arange(k_BxSxHxE.shape[1])  # causal; slots not yet written are later positions
@@ -215,15 +215,15 @@ class Transformer(nnx.Module):
         logits_BxTxV = jnp.einsum('btd,vd->btv', h_BxTxD, self.embed[...])
         return (logits_BxTxV, tuple(gates)) if return_gates else logits_BxTxV
 
-    def init_cache(self, batch: int, length: int) -> KVCache:
-        "An empty `KVCache` for `batch` sequences of up to `length` positions."
+    def init_cache(self, batch: int, length: int):
+        "An empty `KVCache` (every entry zero) for `batch` sequences of up to `length` positions."
         if length > self.cfg.seq_len:
             raise ValueError(f"a cache of {length} positions exceeds seq_len={self.cfg.seq_len}")
         cfg = self.cfg
         zeros = lambda: jnp.zeros((batch, length, cfg.n_heads, cfg.head_dim), jnp.dtype(cfg.dtype))
         return KVCache(tuple(zeros() for _ in self.blocks), tuple(zeros() for _ in self.blocks))
 
-    def decode(self, tokens_BxT, cache: KVCache, start):
+    def decode(self, tokens_BxT, cache, start):
         "Logits `[B, T, V]` of `T` tokens at positions `start, ...`, attending to the cached positions before; and the updated cache."
         x_BxTxD = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(jnp.dtype(self.cfg.dtype))
         keys, values = [], []

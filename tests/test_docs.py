@@ -16,7 +16,8 @@ Nor may a page show what a reader should never see (`shown_problems`). Only outp
 them (text of each code cell's output area, scripts aside, and of its table cells); sources and prose are what the
 author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Four kinds:
   - repr: a Python object's default repr, `<function f at 0x7f...>` or any `<... at 0x...>`, also with the address
-    stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), show_doc signatures included;
+    stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), or a page's own class named `__main__.X`,
+    show_doc signatures included;
   - path: a folder of the machine that built the page: the executed copy (.../sgatlin_executed...), the repository,
     the data folder ($SGATLIN_DATA_DIR), the home folder (caches). A scratch folder that a page makes for its own
     example (`tempfile.mkdtemp()`, /tmp/tmpXXXXXXXX) is not the build's: a reader who runs the page gets one too;
@@ -331,7 +332,8 @@ SHOWN_JS = """return [...document.querySelectorAll('.jp-CodeCell')].map(cell => 
 EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "warning": "expect-warning", "nan": "expect-nan"}
 _REPR = re.compile(r"<[^<>\n]*(?:<[^<>\n]*>[^<>\n]*)* at 0x[0-9a-fA-F]+>"  # <function <lambda> at 0x7f...> too
                    r"|<(?:function|bound method|built-in function|built-in method) [^<>\n]*(?:<[^<>\n]*>[^<>\n]*)*>"
-                   r"|<[\w.]+ object>")
+                   r"|<[\w.]+ object>"
+                   r"|\b__main__\.\w+")  # a page's own class by the name nbdev's kernel gives it (`__main__.TopK`)
 _WARNING = re.compile(r"\bRuntimeWarning\b")
 _MISSING = re.compile(r"(?<![\w.])[-+]?(?:nan|inf|infinity)(?![\w.-])|<NA>|(?<!\w)(?-i:NaT)(?!\w)", re.IGNORECASE)
 
@@ -386,7 +388,7 @@ def test_shown_problems_are_caught(browser, tmp_path):
     html = lambda h: [nbformat.v4.new_output("execute_result", {"text/html": h, "text/plain": "table"})]
     md = lambda m: [nbformat.v4.new_output("display_data", {"text/markdown": m, "text/plain": "md"})]
     bad = {  # kind: outputs
-        "repr": html("<pre>f=&lt;function relu at 0x7f3a2b1c&gt;</pre>"),
+        "repr": html("<pre>f=&lt;function relu at 0x7f3a2b1c&gt;, k: __main__.TopK</pre>"),
         "path": out("checkpoint written to /tmp/sgatlin_executed.x1y2/runs/a\n"),
         "warning": out("/x/numpy/core/_methods.py:48: RuntimeWarning: invalid value encountered\n", "stderr"),
         "nan": html(table),
@@ -412,7 +414,7 @@ def test_shown_problems_are_caught(browser, tmp_path):
     found = shown_problems(nb, browser.execute_script(SHOWN_JS), build_folders())
     assert [f[:2] for f in found] == [*enumerate(bad), (9, "nan"), (10, "repr")], found
     lines = [f[2] for f in found]
-    assert "relu at 0x7f3a2b1c" in lines[0] and "/tmp/sgatlin_executed" in lines[1] and "-inf" in lines[3] and "(and 1 more)" in lines[3], lines
+    assert "relu at 0x7f3a2b1c" in lines[0] and "(and 1 more)" in lines[0] and "/tmp/sgatlin_executed" in lines[1] and "-inf" in lines[3] and "(and 1 more)" in lines[3], lines
 
 
 def _proc_log(processed_nbs: Path) -> str:

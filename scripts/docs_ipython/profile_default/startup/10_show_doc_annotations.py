@@ -20,3 +20,20 @@ def _signature(obj, *args, eval_str=False, **kwargs):
 
 
 fastcore.docments.signature = _signature
+
+
+# nbdev runs a page's exported code as `__main__`, so an annotation naming a class the page defines itself reads
+# `__main__.Gates` in the signature, and jax's array type reads by its private home `jax.jaxlib._jax.Array`. The
+# entries name them as a reader imports them: `Gates` (from the page's module) and `jax.Array`.
+import re
+
+_type_str = fastcore.docments._type_str
+
+
+def _public_type_str(anno):
+    "fastcore's annotation text, with the page's own classes and jax's array type named as a reader imports them"
+    s = _type_str(anno)
+    return re.sub(r"\b__main__\.", "", s).replace("jax.jaxlib._jax.Array", "jax.Array").replace("jaxlib._jax.Array", "jax.Array")
+
+
+fastcore.docments._type_str = _public_type_str
