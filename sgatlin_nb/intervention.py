@@ -31,7 +31,7 @@ from scipy.optimize import linear_sum_assignment
 from .data import EOT, read_texts
 from .model import Patch, Transformer
 from .train import PAIRED
-from .runs import RunError, load_run
+from .runs import RunError, exported, load_run
 
 # %% ../nbs/13_intervention.ipynb #5e2b15aa
 PAPER_NOUNS = {'ground': 'icy', 'turtle': 'slow', 'door': 'open', 'doctor': 'nice',
@@ -410,9 +410,9 @@ def match_pairs(counts: Counter,
 def training_corpus(run: str | Path) -> str:
     "The corpus a run directory was trained on (its training half where the data has a separate validation set)."
     meta = Path(run) / 'run.json'
-    if not meta.exists():
-        raise RunError(f"{run} holds no sgatlin run (no run.json): train one with `sgatlin train --out {run}`")
-    data = json.loads(meta.read_text())['data']
+    if meta.exists(): data = json.loads(meta.read_text())['data']
+    elif (export := exported(run)) is not None: data = export['data']   # a folder `sgatlin export` wrote
+    else: raise RunError(f"{run} holds no sgatlin run (no run.json): train one with `sgatlin train --out {run}`")
     return PAIRED.get(data, (data, None))[0]
 
 NOUN_SETS = ('stories', 'paper')
@@ -429,12 +429,17 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
                      cells_per_step: int = 1,        # masks vmapped per step of the grid
                      nouns: str = 'stories',         # 'stories': pairs mined from the corpora; 'paper': the authors' 8
                      bos: bool = True,               # begin every prompt with the end-of-text token, as the paper does
+                     pairs: list[KnowledgePair] | None = None,  # given pairs (e.g. the demo's pool) instead of `nouns`
                      ) -> pd.DataFrame:
     "Noun-adjective pairs, gate patching over the layer × position grid, NIE table and heatmap for a run; returns the table."
     if nouns not in NOUN_SETS: raise ValueError(f"nouns must be one of {list(NOUN_SETS)}, got {nouns!r}")
     cfg, tokenizer, graphdef, params, at = load_run(run, step)
+    given = pairs
     out = Path(out) if out is not None else Path(run) / 'intervention'
-    if nouns == 'paper':
+    if pairs is not None:
+        pairs = [KnowledgePair(*p) for p in pairs]
+        if len(pairs) < 2: raise RunError(f"need 2 or more given noun-adjective pairs, got {len(pairs)}")
+    elif nouns == 'paper':
         pairs = [KnowledgePair(n, a, 0) for n, a in PAPER_NOUNS.items()]  # count 0: taken as given, not counted
     else:
         texts = (t for c in (corpora or [training_corpus(run)]) for t in read_texts(c))  # streamed: corpora can be large
@@ -455,7 +460,7 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
     for m, (l, t) in enumerate(zip(table.layer, table.position)):
         per_pair[f'nie[{l}|{t}]'] = nie_MxP[m]
     per_pair.to_csv(out / 'per_pair.csv', index=False)
-    table.assign(step=at, nouns=nouns).to_csv(out / 'nie.csv', index=False)
+    table.assign(step=at, nouns=nouns if given is None else 'given').to_csv(out / 'nie.csv', index=False)
     chart = alt.hconcat(nie_bars(table, title=f'NIE per layer: {Path(run).name}, step {at}'),
                         nie_heatmap(table, title='Over the known pairs, every cell'))
     chart.save(out / 'nie.png', scale_factor=2)

@@ -25,6 +25,7 @@ WRITES = {
     'train': ([], ['runs/try/run.json', 'runs/try/metrics.jsonl', 'runs/try/checkpoints/30', 'runs/try/checksums/30.json']),
     'eval': ([], []),
     'sample': ([], []),
+    'export': ([], ['runs/try-export/model.safetensors', 'runs/try-export/config.json', 'runs/try-export/tokenizer.json']),
     'runs': ([], []),
     'record': (['--quiet'], ['runs/try/circuits/manifest.json', 'runs/try/circuits/tokens.parquet',
                             'runs/try/circuits/gates_layer0.parquet']),
@@ -144,6 +145,26 @@ def test_map_layers_channels_by(try_run, tmp_path, capsys):
                                    ('--channels', '2', "channels must be a subset of range(2), got [2]")]:
         assert main(argv + ['--out', str(tmp_path / 'bad'), option, value]) == 2, (option, value)
         assert message in _one_error_line(capsys, 'map')
+
+
+def test_export_then_sample_the_folder_as_the_run(try_run, tmp_path, capsys):
+    "`sgatlin export` writes a model folder that `sample --run` reads as it reads the run: the same greedy text."
+    out = tmp_path / 'exported'
+    assert main(['export', '--run', 'runs/try', '--out', str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ['config.json', 'model.safetensors', 'tokenizer.json']
+    capsys.readouterr()
+    greedy = ['--prompt', 'Once upon a time', '--n-tokens', '20', '--temperature', '0']
+    assert main(['sample', '--run', 'runs/try'] + greedy) == 0
+    from_run = capsys.readouterr().out
+    assert main(['sample', '--run', str(out)] + greedy) == 0
+    assert capsys.readouterr().out == from_run and from_run.startswith('Once upon a time')
+    assert len(from_run) > len('Once upon a time\n')  # something was generated
+    from sgatlin_nb.intervention import training_corpus  # `patch` finds the training corpus of a folder as of its run
+    assert training_corpus(out) == training_corpus('runs/try')
+    assert main(['export', '--run', 'runs/try', '--out', str(out)]) == 2
+    assert 'is not empty' in _one_error_line(capsys, 'export')
+    assert main(['export', '--run', 'runs', '--out', str(tmp_path / 'none')]) == 2
+    assert 'holds no sgatlin run' in _one_error_line(capsys, 'export') and not (tmp_path / 'none').exists()
 
 
 def test_record_all_documents_max_len_overwrite(try_run, tmp_path, capsys):

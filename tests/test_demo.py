@@ -1,11 +1,12 @@
 "`sgatlin demo` end to end, as a user runs it: killed during training, resumed, rerun (nothing redone), and bad input."
 import json
+import math
 import os
 import signal
 import subprocess
 import time
 
-from conftest import run_sgatlin, sgatlin_cmd
+from conftest import ROOT, run_sgatlin, sgatlin_cmd
 
 STAGES = ['train', 'record', 'embedding', 'neighbours', 'patching', 'usage', 'report']
 TINY = ["--config", "test-tiny", "--n-stories", "12", "--quiet"]
@@ -42,6 +43,8 @@ def test_demo_killed_resumed_and_rerun(tmp_path, data_dir):
     assert page.count("data:image/png;base64,") == 5 and "6. Where the time went" in page
     for key in ("eval_ppl", "unigram_ppl", "fraction_used", "gini", "nie_median_all"):
         assert isinstance(summary["numbers"][key], float), key
+    n = summary["numbers"]  # the patching stage ran on the demo's pool: every ordered pair of its nouns
+    assert n["nie_nouns"] >= 20 and n["nie_pairs"] == n["nie_nouns"] * (n["nie_nouns"] - 1), n
     # the demo's held-out loss is the training log's: a fresh `sgatlin eval` of the final checkpoint scores the same
     ev = run_sgatlin(["eval", "--run", str(out / "run")], None)
     assert ev.returncode == 0, ev.stderr[-2000:]
@@ -101,3 +104,13 @@ def test_demo_on_the_reference_model(tmp_path, data_dir):
     assert abs(fresh["eval_loss"] - manifest["eval"]["head_loss"]) < 1e-4, (fresh, manifest["eval"])
     bad = run_sgatlin(["demo", "--reference", "--steps", "10", "--out", str(tmp_path / "x")], data_dir)
     assert bad.returncode == 2 and "leave out --config and --steps" in bad.stderr
+
+
+def test_default_demo_patching_panel_holds_a_result():
+    "The committed run of the default `sgatlin demo` (16_demo writes it): its patching panel has an NIE over 10 or more known pairs."
+    from sgatlin_nb.demo import demo_settings
+    full = json.loads((ROOT / "nbs" / "results" / "demo_summary.json").read_text())
+    assert full["settings"] == demo_settings()[1], "the committed summary is not today's default demo: rerun 16_demo with run_full"
+    n = full["numbers"]
+    assert n["nie_known_pairs"] >= 10 and isinstance(n["nie"], float) and math.isfinite(n["nie"]), n
+    assert n["nie_pairs"] == n["nie_nouns"] * (n["nie_nouns"] - 1) and n["nie_known_shuffled"] is not None, n

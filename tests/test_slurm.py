@@ -242,8 +242,9 @@ def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, 
         assert 15 <= at < STEPS, at
         subprocess.run(["scontrol", "requeue", job], check=True)
         t_requeue = time.time()
-        while _job_field(job, "JobState") != ["COMPLETED"] and time.time() - t_requeue < 400:
-            assert _job_field(job, "JobState")[0] in ("RUNNING", "COMPLETING", "PENDING", "REQUEUED"), log.read_text()
+        while (state := _job_field(job, "JobState")) != ["COMPLETED"] and time.time() - t_requeue < 400:
+            # one reading per pass: a second one could already say COMPLETED
+            assert state[0] in ("RUNNING", "COMPLETING", "PENDING", "REQUEUED"), log.read_text()
             time.sleep(1)
     finally:
         subprocess.run(["scancel", job])  # a no-op once the job is done

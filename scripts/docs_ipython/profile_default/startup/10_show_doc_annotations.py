@@ -37,3 +37,24 @@ def _public_type_str(anno):
 
 
 fastcore.docments._type_str = _public_type_str
+
+
+# fastcore documents a class through its `__init__`; a NamedTuple (`Gates`, `TopK`, `BigO`, ...) has only tuple's,
+# so its entry read `def Gates(*args, **kwargs)`. Its fields are its signature, as a dataclass's are.
+from inspect import Parameter, isclass
+
+_docments = fastcore.docments.docments
+
+
+def _namedtuple_docments(s, *args, **kwargs):
+    "fastcore's docments; a NamedTuple class is documented by its fields instead of tuple's (*args, **kwargs)"
+    if isclass(s) and issubclass(s, tuple) and hasattr(s, "_fields"):
+        def fields(self, *a, **k): pass
+        sig = inspect.signature(s)
+        fields.__signature__ = sig.replace(parameters=[Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *sig.parameters.values()])
+        fields.__name__ = fields.__qualname__ = s.__name__
+        return _docments(fields, *args, **kwargs)
+    return _docments(s, *args, **kwargs)
+
+
+fastcore.docments.docments = _namedtuple_docments
