@@ -16,7 +16,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument('--work', default='runs/reference', help='work folder (story file and training run), from the repository root by default')
     ap.add_argument('--stop-at', type=int, default=None, help='stop after this step (the schedule stays the full run\'s)')
-    ap.add_argument('--export', default=None, help='where to write the committed files (default: the package\'s reference_model folder)')
+    ap.add_argument('--export', default=None, help='where to write the committed files: a new or empty folder, or one holding a reference model, which is replaced (default: the package\'s reference_model folder)')
     ap.add_argument('--no-progress', action='store_true')
     a = ap.parse_args(argv)
     from sgatlin_nb import reference

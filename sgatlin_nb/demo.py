@@ -43,7 +43,7 @@ from .neighbours import write_neighbours
 from .embedding import circuit_map, map_chart, token_label
 from .record import CircuitDB, record_run
 from .reference import REFERENCE_DIR, check_reference
-from .train import PAIRED, PRESETS, sample_text, train
+from .train import PAIRED, PRESETS, make_config, sample_text, train
 from .runs import RunError, TrainConfig, load_run, one_line, read_metrics
 from .usage import usage_report
 
@@ -64,12 +64,8 @@ def demo_settings(config: str = 'demo', data: str = 'tinystories', steps: int | 
         cfg = TrainConfig.from_dict(manifest['config'])
         return cfg, {'format': FORMAT, 'version': 1, 'config': 'reference', 'train': cfg.to_dict(), 'data': data,
                      'n_stories': n_stories, 'reference': manifest['fingerprint']}
-    if config not in PRESETS:
-        raise RunError(f"unknown --config {config!r}: choose one of {', '.join(PRESETS)}")
-    cfg = PRESETS[config]
-    if steps is not None:
-        if steps < 1: raise RunError(f"--steps must be at least 1, got {steps}")
-        cfg = dataclasses.replace(cfg, steps=steps, warmup_steps=min(cfg.warmup_steps, steps))
+    try: cfg = make_config(config, [] if steps is None else [f'steps={steps}'])  # a preset or a YAML file (06_train)
+    except ValueError as e: raise RunError(str(e)) from None
     if n_stories < 12: raise RunError(f"--n-stories must be at least 12 (the neighbour search needs enough circuits), got {n_stories}")
     return cfg, {'format': FORMAT, 'version': 1, 'config': config, 'train': cfg.to_dict(), 'data': data,
                  'n_stories': n_stories}

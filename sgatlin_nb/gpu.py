@@ -26,7 +26,7 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 from .baselines import FFWConfig
 from .complexity import H100_BF16_FLOPS, TRAIN_FLOPS_PER_FORWARD, ffw_cost, gpu_hours, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
-from .train import (PRESETS, abstract_state, activation_bytes, gathered_bytes, init_state, make_mesh, make_train_step,
+from .train import (PRESETS, make_config, abstract_state, activation_bytes, gathered_bytes, init_state, make_mesh, make_train_step,
                               miniature_config, shard_batch, state_bytes, state_shardings)
 from .runs import TrainConfig
 
@@ -157,7 +157,7 @@ def equal_flops_swiglu(cfg: TrainConfig) -> TrainConfig:
     "`cfg` with a SwiGLU feedforward layer of the same forward FLOPs per token (nearest width)."
     m = cfg.model
     d_ffw = max(1, round(ffw_cost(m.ffw).flops / (6 * m.d_model)))
-    return dataclasses.replace(cfg, model=dataclasses.replace(m, ffw=FFWConfig('swiglu', m.d_model, d_ffw)))
+    return make_config(cfg, {'model.ffw.kind': 'swiglu', 'model.ffw.d_ffw': d_ffw})
 
 def time_train_step(cfg: TrainConfig, steps: int = 20, warmup: int = 2, mesh: Mesh | None = None,
                     peak_flops: float = H100_BF16_FLOPS) -> dict:

@@ -34,7 +34,7 @@ from .complexity import ACCOUNTINGS, model_flops, model_params, tokens_for_budge
 from .data import read_texts, train_tokenizer
 from .layers import check_positive
 from .model import ModelConfig
-from .train import PAIRED, train
+from .train import PAIRED, config_yaml, make_config, train
 from .runs import RunError, TrainConfig, read_metrics
 
 # %% ../nbs/07_scaling.ipynb #20297b91
@@ -171,8 +171,8 @@ class Protocol:
             raise ValueError(f"budget={point.budget:g} FLOPs pays for less than one step of {point.variant} at scale "
                              f"{point.scale}: raise the budget or lower the scale")
         warmup = round(self.warmup_fraction * steps) if self.warmup_fraction is not None else min(r.warmup_steps, steps)
-        return dataclasses.replace(r, model=m, steps=steps, lr=point.lr or r.lr, seed=point.seed, warmup_steps=warmup,
-                                   eval_every=min(r.eval_every, steps), ckpt_every=min(r.ckpt_every, steps))
+        return make_config(r, {'model': dataclasses.asdict(m), 'steps': steps, 'lr': point.lr or r.lr, 'seed': point.seed,
+                               'warmup_steps': warmup, 'eval_every': min(r.eval_every, steps), 'ckpt_every': min(r.ckpt_every, steps)})
 
     def to_dict(self) -> dict:
         "A JSON-ready dict."

@@ -23,6 +23,7 @@ from sgatlin_nb.cli import COMMANDS, EXAMPLES, _renamed, command_parser, main
 # command: (extra arguments after its example, files it must write relative to the working folder)
 WRITES = {
     'train': ([], ['runs/try/run.json', 'runs/try/metrics.jsonl', 'runs/try/checkpoints/30', 'runs/try/checksums/30.json']),
+    'config': (['lr=3e-3'], []),
     'eval': ([], []),
     'sample': ([], []),
     'export': ([], ['runs/try-export/model.safetensors', 'runs/try-export/config.json', 'runs/try-export/tokenizer.json']),
@@ -32,6 +33,8 @@ WRITES = {
     'neighbours': (['--quiet'], ['runs/try/neighbours/neighbours.csv', 'runs/try/neighbours/neighbours.html',
                                 'runs/try/neighbours/neighbours.png']),
     'map': (['--quiet'], [f'runs/try/map/{f}' for f in ('map.html', 'map.png', 'points.csv', 'purity.csv')]),
+    'pages': (['--quiet'], ['runs/try/pages/index.html', 'runs/try/pages/site.json']),
+    'neuron': (['--quiet'], ['runs/try/neuron.html']),
     'patch': ([], [f'runs/try/patching/{f}' for f in ('pairs.csv', 'per_pair.csv', 'nie.csv', 'nie.png', 'nie.html')]),
     'usage': ([], ['runs/try/usage/summary.json']),
     'demo': (['--config', 'test-tiny', '--steps', '20', '--n-stories', '12', '--quiet'],
@@ -79,6 +82,12 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
         assert (workdir / f).exists(), f"`{' '.join(args)}` did not write {f}"
     if name == 'train':
         assert json.loads(res.stdout[:res.stdout.index('\nsample:')])['step'] == 30
+    if name == 'config':  # the YAML of test-tiny with a SwiGLU feedforward, as `--config FILE.yaml` reads it back
+        from sgatlin_nb.train import make_config
+        (workdir / 'swiglu.yaml').write_text(res.stdout)
+        cfg = make_config(workdir / 'swiglu.yaml')
+        assert (cfg.model.ffw.kind, cfg.model.ffw.d_ffw, cfg.lr) == ('swiglu', 128, 3e-3)
+        assert cfg == make_config('test-tiny', ['model.ffw.kind=swiglu', 'model.ffw.d_ffw=128', 'lr=3e-3'])
     if name == 'eval':
         out = json.loads(res.stdout)
         assert out['step'] == 30 and out['eval_tokens'] > 0
@@ -97,6 +106,14 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
         vocab = json.loads((workdir / 'runs/demo/run/run.json').read_text())['config']['model']['vocab_size']
         assert abs(math.log(numbers['eval_ppl']) - numbers['eval_loss']) < 1e-9
         assert numbers['eval_ppl'] < vocab, numbers  # 20 steps already beat a uniform guess over the vocabulary
+    if name == 'pages':  # 4 neurons of the one layer, each a page the index links to
+        site = json.loads((workdir / 'runs/try/pages/site.json').read_text())
+        layer = (workdir / 'runs/try/pages/layer0.html').read_text()
+        neurons = sorted((workdir / 'runs/try/pages/neurons').glob('*.html'))
+        assert site['neuron_pages'] == len(neurons) == 4 and all(p.name in layer for p in neurons), (site, neurons)
+        assert site['circuit_pages'] == len(list((workdir / 'runs/try/pages/circuits').glob('*.html'))) >= 1, site
+    if name == 'neuron':
+        assert 'channel 1' in (workdir / 'runs/try/neuron.html').read_text()
     if name == 'submit':
         assert '#SBATCH --array=0-1' in res.stdout
     if name == 'status':

@@ -1,0 +1,140 @@
+"""The neuron and circuit pages in a browser: a small site built from a fresh recording, opened offline in headless Chromium.
+
+Selenium drives Debian's chromedriver with the network cut off, as tests/test_docs.py does. The index's search box must
+filter its rows and a heading must sort them, a neuron page's firing rate must equal a count made by a plain loop over
+the recorded gates, and the links between neuron and circuit pages must lead where they say. Screenshots of the four
+kinds of page are kept in build/pages_screenshots/.
+"""
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "build" / "pages_screenshots"
+CHROMIUM = os.environ.get("SGATLIN_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("SGATLIN_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, data_dir):
+    "A site of 4 neuron pages per layer and the circuits of their 3 strongest contexts, from 12 held-out stories."
+    os.environ["SGATLIN_DATA_DIR"] = str(data_dir)
+    from sgatlin_nb.pages import build_pages
+    from sgatlin_nb.record import record_run
+    from sgatlin_nb.reference import reference_run
+    tmp = tmp_path_factory.mktemp("pages")
+    db = record_run(reference_run(), tmp / "db", n_docs=12, progress=False)
+    summary = build_pages(tmp / "site", db=db.path, per_layer=4, contexts=3, progress=False)
+    return tmp / "site", db, summary
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    for exe, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+        if not os.access(exe, os.X_OK):
+            pytest.fail(f"no {pkg} at {exe}: apt-get install {pkg} (scripts/test.sh does)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND",  # offline
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium_profile')}"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.__pageErrors = [];
+        addEventListener('error', e => __pageErrors.push(String(e.error?.stack ?? e.message)));"""})
+    yield driver
+    driver.quit()
+
+
+def _shot(driver, name: str) -> Path:
+    "A full-page screenshot into build/pages_screenshots/."
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": min(height, 4000), "deviceScaleFactor": 1, "mobile": False})
+    path = SHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    print(f"screenshot: {path}")
+    return path
+
+
+def _visible_rows(driver) -> list:
+    return [r for r in driver.find_elements(By.CSS_SELECTOR, "#neurons tbody tr") if r.is_displayed()]
+
+
+def test_site_in_chromium(site, browser):
+    out, db, summary = site
+    assert summary["neuron_pages"] == 4 * db.n_layers and summary["circuit_pages"] > 0
+    assert json.loads((out / "site.json").read_text())["bytes"] == summary["bytes"]
+    for page in out.rglob("*.html"):  # self-contained: nothing is fetched from the network
+        assert not re.search(r'(src|href)="(https?:)?//', page.read_text()), page
+
+    browser.get((out / "index.html").as_uri())
+    assert "Neurons and circuits" in browser.title
+    _shot(browser, "index")
+
+    # the layer index: the search box filters rows, a heading sorts them
+    browser.find_element(By.LINK_TEXT, "layer 1").click()
+    rows = _visible_rows(browser)
+    assert len(rows) == 4
+    texts = [r.text for r in rows]
+    name = texts[1].split()[1:4]  # "2 L1 C0 N123 ..." -> the neuron's name
+    query = " ".join(name)
+    box = browser.find_element(By.ID, "search")
+    box.send_keys(query)
+    shown = _visible_rows(browser)
+    assert [r.text for r in shown] == [t for t in texts if query.lower() in t.lower()] and 1 <= len(shown) < 4, query
+    assert browser.find_element(By.ID, "shown").text == f"{len(shown)} of 4 neurons"
+    _shot(browser, "layer1_search")
+    box.clear()
+    box.send_keys(" ")  # an input event with an empty query shows every row again
+    assert len(_visible_rows(browser)) == 4
+    fires = lambda: [int(r.find_elements(By.TAG_NAME, "td")[5].text.replace(",", "")) for r in _visible_rows(browser)]
+    heading = browser.find_element(By.XPATH, "//th[text()='fires']")
+    heading.click()
+    assert fires() == sorted(fires(), reverse=True)
+    heading.click()
+    assert fires() == sorted(fires())
+
+    # a neuron page: its firing rate against a plain loop over the recorded gates
+    browser.find_element(By.LINK_TEXT, " ".join(name)).click()
+    layer, channel, neuron = (int(p[1:]) for p in name)
+    idx, _ = db.gates(layer)
+    count = 0
+    for token in range(db.n_rows):
+        if neuron in idx[token, channel]: count += 1
+    cards = {c.find_element(By.CLASS_NAME, "k").text: c.find_element(By.CLASS_NAME, "v").text
+             for c in browser.find_elements(By.CLASS_NAME, "card")}
+    rate_key = next(k for k in cards if k.startswith("firing rate"))
+    assert cards[rate_key] == f"{100 * count / db.n_rows:.2f}%", (cards, count)
+    assert rate_key == f"firing rate: {count:,} of {db.n_rows:,} recorded tokens select it"
+    neuron_url = browser.current_url
+    _shot(browser, "neuron")
+
+    # to the circuit of its strongest context, and back through that circuit's table
+    links = browser.find_elements(By.PARTIAL_LINK_TEXT, "row ")
+    assert links, "the neuron page links to no circuit page"
+    row = int(links[0].text.split()[1])
+    links[0].click()
+    assert browser.title.startswith("Circuit of") and browser.current_url.endswith(f"circuits/row{row}.html")
+    assert neuron in idx[row, channel]  # its strongest context selected it...
+    back = browser.find_element(By.LINK_TEXT, " ".join(name))  # ...so the circuit page lists and links it
+    _shot(browser, "circuit")
+    back.click()
+    assert browser.current_url == neuron_url
+
+    # every link of the pages visited leads to a file of the site
+    for page in ("index.html", "layer1.html", neuron_url.rsplit("/", 2)[-2] + "/" + neuron_url.rsplit("/", 1)[-1], f"circuits/row{row}.html"):
+        browser.get((out / page).as_uri())
+        hrefs = browser.execute_script("return [...document.querySelectorAll('a[href]')].map(a => a.href)")
+        assert hrefs and all(h.startswith("file://") and Path(h[len("file://"):].split("#")[0]).is_file() for h in hrefs), (page, hrefs)
+        assert browser.execute_script("return window.__pageErrors") == [], page
