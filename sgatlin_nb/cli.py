@@ -168,12 +168,14 @@ def patch(run: str = 'runs/tinystories-cpu',  # training run to patch
           n_boot: int = 2000,      # bootstrap resamples for the 95% intervals
           seed: int = 0,           # bootstrap seed
           step: int = None,        # checkpoint step (default: latest)
-          nouns: str = 'stories'): # 'stories': pairs mined from the corpus; 'paper': the paper's 8 nouns (no corpus read)
-    "Patch counterfactual gates into clean runs per layer and position: NIE table and figure."
+          nouns: str = 'stories',  # 'stories': pairs mined from the corpus; 'paper': the paper's 8 nouns (no corpus read)
+          site: str = 'gates'):    # what is patched: gates, ffw_out, attn_out, resid_pre or resid_post (13_intervention)
+    "Patch the counterfactual's gates (or another --site) into clean runs per layer and position: NIE table and figure."
     _not_a_run(out, 'patch')
     from sgatlin_nb.intervention import patch_experiment
     table = patch_experiment(run, out, corpora=corpus.split(',') if corpus else None, min_count=min_count,
-                             parser=parser, n_boot=n_boot, seed=seed, step=step, nouns=nouns)
+                             parser=parser, n_boot=n_boot, seed=seed, step=step, nouns=nouns,
+                             site=site)
     print(table.round(3).to_string(index=False))
     return table
 

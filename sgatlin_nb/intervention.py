@@ -1,4 +1,4 @@
-"""A counterfactual prompt's gates patched into a clean run at every layer and position, the normalized indirect effect with bootstrap intervals, and pairs mined from the stories.
+"""A counterfactual prompt's gates (or its residual stream, attention or feedforward output) patched into a clean run at every layer and position, the normalized indirect effect with bootstrap intervals, and pairs mined from the stories.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/intervention.html.md"""
 
@@ -29,7 +29,7 @@ from flax import nnx
 from scipy.optimize import linear_sum_assignment
 
 from .data import EOT, read_texts
-from .model import Patch, Transformer
+from .model import SITES, Transformer
 from .train import PAIRED
 from .runs import RunError, exported, load_run
 
@@ -141,34 +141,35 @@ class LogitDiffs(NamedTuple):
     "The logit difference `m = logit(y_clean) − logit(y_patch)` per pair, without and with interventions."
     clean: np.ndarray  # [P] m(x_clean)
     patch: np.ndarray  # [P] m(x_patch)
-    do: np.ndarray     # [M, P] m(x_clean | do(g = g_source)) per cell
+    do: np.ndarray     # [M, P] m(x_clean | do(site = source's values there)) per cell
 
-SOURCES = ('patch', 'clean')  # whose gates are patched into the clean run
+SOURCES = ('patch', 'clean')  # whose values are patched into the clean run
 
-@partial(nnx.jit, static_argnames=('source', 'cells_per_step'))
-def _logit_diffs(model, clean_PxT, patch_PxT, yc_P, yp_P, masks_MxLxT, source: str, cells_per_step: int):
+@partial(nnx.jit, static_argnames=('source', 'cells_per_step', 'site'))
+def _logit_diffs(model, clean_PxT, patch_PxT, yc_P, yp_P, masks_MxLxT, source: str, cells_per_step: int, site: str):
     L, T = masks_MxLxT.shape[1:]
-    def run(tokens_PxT, gates, mask_LxT):  # every pair's run with `gates` forced where mask_LxT: m, and the gates used
+    def run(tokens_PxT, values, mask_LxT):  # every pair's run with `values` forced at `site` where mask_LxT: m, and the values used
         mask = jnp.broadcast_to(mask_LxT[:, None, :], (L, *tokens_PxT.shape))
-        logits_PxTxV, used = model(tokens_PxT, patch=Patch(gates, mask), return_gates=True)
+        logits_PxTxV, used = model(tokens_PxT, sites=(site,), patches={site: (values, mask)})
         logits_PxV = logits_PxTxV[:, -1]
         m_P = (jnp.take_along_axis(logits_PxV, yc_P[:, None], 1) - jnp.take_along_axis(logits_PxV, yp_P[:, None], 1))[:, 0]
-        return m_P, used
-    no_gates = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: model(clean_PxT, return_gates=True)[1]))
+        return m_P, used[site]
+    no_values = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: model(clean_PxT, sites=(site,))[1][site]))
     none_LxT = jnp.zeros((L, T), bool)
     # the clean and the counterfactual runs, by the same code as the interventions
-    m_2xP, gates_2 = jax.lax.map(lambda cf: run(jnp.where(cf, patch_PxT, clean_PxT), no_gates, none_LxT),
-                                 jnp.array([False, True]))
-    source_gates = jax.tree.map(lambda g: g[1 if source == 'patch' else 0], gates_2)
-    m_do_MxP, _ = jax.lax.map(lambda mask: run(clean_PxT, source_gates, mask), masks_MxLxT,
+    m_2xP, values_2 = jax.lax.map(lambda cf: run(jnp.where(cf, patch_PxT, clean_PxT), no_values, none_LxT),
+                                  jnp.array([False, True]))
+    source_values = jax.tree.map(lambda v: v[1 if source == 'patch' else 0], values_2)
+    m_do_MxP, _ = jax.lax.map(lambda mask: run(clean_PxT, source_values, mask), masks_MxLxT,
                               batch_size=cells_per_step if cells_per_step > 1 else None)
     return m_2xP[0], m_2xP[1], m_do_MxP
 
 def row_logit_diffs(model: Transformer, rows: EncodedRows, masks_MxLxT, *,
-                    source: str = 'patch',   # whose gates are patched in: 'patch' (the counterfactual's) or 'clean' (its own)
-                    cells_per_step: int = 1  # masks vmapped per step (1: exact invariants, least memory)
+                    source: str = 'patch',   # whose values are patched in: 'patch' (the counterfactual's) or 'clean' (its own)
+                    cells_per_step: int = 1, # masks vmapped per step (1: exact invariants, least memory)
+                    site: str = 'gates',     # where: one of SITES ('resid_pre', 'attn_out', 'gates', 'ffw_out', 'resid_post')
                     ) -> LogitDiffs:
-    "Logit differences of clean runs, counterfactual runs, and clean runs with gates patched in, for every row and cell."
+    "Logit differences of clean runs, counterfactual runs, and clean runs with the source's values at `site` patched in, for every row and cell."
     clean_PxT, patch_PxT = np.asarray(rows.clean), np.asarray(rows.patch)
     P, T = clean_PxT.shape
     if patch_PxT.shape != (P, T) or np.shape(rows.target) != (P,) or np.shape(rows.foil) != (P,):
@@ -181,15 +182,17 @@ def row_logit_diffs(model: Transformer, rows: EncodedRows, masks_MxLxT, *,
                          f"got {masks_MxLxT.dtype} {masks_MxLxT.shape}")
     if source not in SOURCES:
         raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
+    if site not in SITES:
+        raise ValueError(f"site must be one of {list(SITES)}, got {site!r}")
     if not isinstance(cells_per_step, int) or cells_per_step < 1:
         raise ValueError(f"cells_per_step must be a positive integer, got {cells_per_step!r}")
     i32 = lambda a: jnp.asarray(a, jnp.int32)
     out = _logit_diffs(model, i32(clean_PxT), i32(patch_PxT), i32(rows.target), i32(rows.foil),
-                       jnp.asarray(masks_MxLxT), source, cells_per_step)
+                       jnp.asarray(masks_MxLxT), source, cells_per_step, site)
     return LogitDiffs(*jax.device_get(out))
 
 def logit_diffs(model: Transformer, tokens_NxT, targets_N, pairs_Px2, masks_MxLxT, *,
-                source: str = 'patch', cells_per_step: int = 1) -> LogitDiffs:
+                source: str = 'patch', cells_per_step: int = 1, site: str = 'gates') -> LogitDiffs:
     "`row_logit_diffs` for `N` prompts with one target each and `[P, 2]` (clean, counterfactual) prompt indices."
     tokens_NxT, targets_N, pairs_Px2 = np.asarray(tokens_NxT), np.asarray(targets_N), np.asarray(pairs_Px2)
     N = len(tokens_NxT)
@@ -199,7 +202,7 @@ def logit_diffs(model: Transformer, tokens_NxT, targets_N, pairs_Px2, masks_MxLx
         raise ValueError(f"pairs_Px2 must be [P, 2] prompt indices in [0, {N}), got shape {pairs_Px2.shape}")
     c, p = pairs_Px2[:, 0], pairs_Px2[:, 1]
     return row_logit_diffs(model, EncodedRows(tokens_NxT[c], tokens_NxT[p], targets_N[c], targets_N[p]), masks_MxLxT,
-                           source=source, cells_per_step=cells_per_step)
+                           source=source, cells_per_step=cells_per_step, site=site)
 
 def normalized_indirect_effect(diffs: LogitDiffs) -> np.ndarray:
     "NIE `[M, P]` = (m_do − m_clean) / (m_patch − m_clean); NaN where the denominator is zero (undefined)."
@@ -313,12 +316,13 @@ def patch_rows(model: Transformer, rows: list[PatchRow], tokenizer, *,
                seed: int = 0,            # bootstrap seed
                cells_per_step: int = 1,  # masks vmapped per step of the grid
                varying: str = '[noun]',  # the label of positions where the prompts differ
+               site: str = 'gates',      # what is patched: one of SITES of 04_transformer
                ) -> Patching:
-    "Patch every row's counterfactual gates into its clean run over the layer × position grid; NIE table per cell."
+    "Patch every row's counterfactual values at `site` (default: the gates) into its clean run over the layer × position grid; NIE table per cell."
     rows = [PatchRow(*r) for r in rows]
     enc = encode_rows(rows, tokenizer, bos)
     cells = grid_cells(model.cfg.n_layers, enc.clean.shape[1])
-    diffs = row_logit_diffs(model, enc, cells.mask, cells_per_step=cells_per_step)
+    diffs = row_logit_diffs(model, enc, cells.mask, cells_per_step=cells_per_step, site=site)
     names = position_names(np.concatenate([enc.clean, enc.patch]), tokenizer, varying)
     groups_P = pd.factorize(pd.Series([r.prompt for r in rows]))[0]  # pairs that share a clean prompt, in order
     return Patching(nie_table(diffs, cells, groups_P, names, n_boot=n_boot, seed=seed), diffs, cells, enc)
@@ -430,9 +434,11 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
                      nouns: str = 'stories',         # 'stories': pairs mined from the corpora; 'paper': the authors' 8
                      bos: bool = True,               # begin every prompt with the end-of-text token, as the paper does
                      pairs: list[KnowledgePair] | None = None,  # given pairs (e.g. the demo's pool) instead of `nouns`
+                     site: str = 'gates',            # what is patched: one of SITES of 04_transformer
                      ) -> pd.DataFrame:
-    "Noun-adjective pairs, gate patching over the layer × position grid, NIE table and heatmap for a run; returns the table."
+    "Noun-adjective pairs, patching (the gates by default) over the layer × position grid, NIE table and heatmap for a run; returns the table."
     if nouns not in NOUN_SETS: raise ValueError(f"nouns must be one of {list(NOUN_SETS)}, got {nouns!r}")
+    if site not in SITES: raise ValueError(f"site must be one of {list(SITES)}, got {site!r}")
     cfg, tokenizer, graphdef, params, at = load_run(run, step)
     given = pairs
     out = Path(out) if out is not None else Path(run) / 'intervention'
@@ -449,7 +455,7 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
                            f"words; need 2 or more: lower --min-count or add corpora")
     model = nnx.merge(graphdef, params)
     res = patch_rows(model, noun_adjective_rows(pairs), tokenizer, bos=bos_id(tokenizer) if bos else None,
-                     n_boot=n_boot, seed=seed, cells_per_step=cells_per_step)
+                     n_boot=n_boot, seed=seed, cells_per_step=cells_per_step, site=site)
     table, pairs_Px2 = res.table, counterfactual_pairs(len(pairs))  # the rows' order
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(pairs).to_csv(out / 'pairs.csv', index=False)
@@ -460,9 +466,9 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
     for m, (l, t) in enumerate(zip(table.layer, table.position)):
         per_pair[f'nie[{l}|{t}]'] = nie_MxP[m]
     per_pair.to_csv(out / 'per_pair.csv', index=False)
-    table.assign(step=at, nouns=nouns if given is None else 'given').to_csv(out / 'nie.csv', index=False)
-    chart = alt.hconcat(nie_bars(table, title=f'NIE per layer: {Path(run).name}, step {at}'),
-                        nie_heatmap(table, title='Over the known pairs, every cell'))
+    table.assign(step=at, nouns=nouns if given is None else 'given', site=site).to_csv(out / 'nie.csv', index=False)
+    chart = alt.hconcat(nie_bars(table, title=f'NIE per layer, patching {site}: {Path(run).name}, step {at}'),
+                        nie_heatmap(table, title=f'Patching {site}, over the known pairs, every cell'))
     chart.save(out / 'nie.png', scale_factor=2)
     chart.save(out / 'nie.html')
     return table

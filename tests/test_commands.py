@@ -262,6 +262,13 @@ def test_patch_nouns_corpus_parser(try_run, tmp_path, monkeypatch, capsys):
     err = _one_error_line(capsys, 'patch')
     assert 'pip install spacy' in err and "parser='regex'" in err
     assert not (tmp_path / 'spacy').exists()
+    # --site: the feedforward output instead of the gates, on the paper's nouns; a site that does not exist is one line
+    assert main(argv + ['--out', str(tmp_path / 'ffw'), '--nouns', 'paper', '--site', 'ffw_out']) == 0
+    ffw = pd.read_csv(tmp_path / 'ffw/nie.csv')
+    assert set(ffw.site) == {'ffw_out'} and set(pd.read_csv(tmp_path / 'paper/nie.csv').site) == {'gates'}
+    assert main(argv + ['--out', str(tmp_path / 'nowhere'), '--nouns', 'paper', '--site', 'mlp_out']) == 2
+    err = _one_error_line(capsys, 'patch')
+    assert "site must be one of ['resid_pre', 'attn_out', 'gates', 'ffw_out', 'resid_post']" in err, err
 
 
 def test_usage_layer_channel(try_run, tmp_path, capsys):

@@ -1,4 +1,5 @@
-"Gate patching and the normalized indirect effect: exact invariants on a random model, the matching, the spaCy guard, a run end to end."
+"Patching (the gates and the other sites) and the normalized indirect effect: exact invariants on a random model, the matching, the spaCy guard, a run end to end."
+import dataclasses
 import itertools
 import sys
 import types
@@ -15,7 +16,7 @@ from sgatlin_nb.intervention import (ALL, PAPER_NOUNS, EncodedRows, KnowledgePai
                                      logit_diffs, match_pairs, noun_adjective_rows, normalized_indirect_effect,
                                      patch_experiment, regex_template_pairs, row_logit_diffs,
                                      spacy_template_pairs, template_pairs)
-from sgatlin_nb.model import ModelConfig, Patch, Transformer
+from sgatlin_nb.model import SITES, ModelConfig, Patch, Transformer
 from sgatlin_nb.train import PRESETS, train
 
 N_LAYERS, T = 3, 4
@@ -119,6 +120,64 @@ def test_bad_arguments(setup):
         logit_diffs(model, tokens, targets, pairs - 1, cells.mask)
 
 
+@pytest.mark.parametrize("site", SITES)
+def test_own_values_give_exactly_zero_at_every_site(setup, site):
+    model, tokens, targets, pairs, cells = setup
+    own = logit_diffs(model, tokens, targets, pairs, cells.mask, source='clean', site=site)
+    assert (own.do == own.clean[None]).all()
+    gates = logit_diffs(model, tokens, targets, pairs, cells.mask)
+    assert (own.clean == gates.clean).all() and (own.patch == gates.patch).all()  # the same unpatched runs
+
+
+@pytest.mark.parametrize("site", SITES)
+def test_structural_zeros_at_every_site(setup, site):
+    "Positions before the differing token never matter; after the last layer, only the last position does."
+    model, tokens, targets, pairs, cells = setup
+    nie = normalized_indirect_effect(logit_diffs(model, tokens, targets, pairs, cells.mask, site=site))
+    for l in [*range(N_LAYERS), ALL]:
+        for t in (0, 1):
+            assert (nie[_cell(cells, l, t)] == 0).all(), (l, t)
+    if site != 'resid_pre':  # the stream entering the last layer still reaches the last position through attention
+        for t in range(T - 1):
+            assert (nie[_cell(cells, N_LAYERS - 1, t)] == 0).all(), t
+    assert np.abs(nie[_cell(cells, 0, 2)]).max() > 1e-3
+
+
+@pytest.mark.parametrize("site", ['resid_pre', 'resid_post'])
+def test_the_residual_stream_gives_exactly_one(setup, site):
+    "A layer's whole residual stream is a cut: patched at every position, the clean run becomes the counterfactual run."
+    model, tokens, targets, pairs, cells = setup
+    nie = normalized_indirect_effect(logit_diffs(model, tokens, targets, pairs, cells.mask, site=site))
+    for l in [*range(N_LAYERS), ALL]:
+        assert (nie[_cell(cells, l, ALL)] == 1).all(), l
+    if site == 'resid_pre':  # the first layer's input at the differing position is the token's embedding
+        assert (nie[_cell(cells, 0, 2)] == 1).all()
+
+
+@pytest.mark.parametrize("site", ['attn_out', 'ffw_out', 'resid_pre'])
+def test_site_cells_match_a_single_patched_run(setup, site):
+    model, tokens, targets, pairs, cells = setup
+    diffs = logit_diffs(model, tokens, targets, pairs, cells.mask, site=site)
+    p = 11
+    i, j = pairs[p]
+    _, acts_j = model(jnp.asarray(tokens[j:j + 1]), sites=(site,))
+    for m in [_cell(cells, 0, 2), _cell(cells, 1, 3), _cell(cells, ALL, 2)]:
+        logits = model(jnp.asarray(tokens[i:i + 1]), patches={site: (acts_j[site], jnp.asarray(cells.mask[m][:, None, :]))})
+        want = float(logits[0, -1, targets[i]] - logits[0, -1, targets[j]])
+        np.testing.assert_allclose(diffs.do[m, p], want, atol=1e-4)
+
+
+def test_sites_of_a_model_without_gates(setup):
+    model, tokens, targets, pairs, cells = setup
+    mlp = Transformer(dataclasses.replace(model.cfg, ffw=FFWConfig(kind='mlp', d_model=128, d_ffw=256)), rngs=nnx.Rngs(0))
+    own = logit_diffs(mlp, tokens, targets, pairs, cells.mask, source='clean', site='ffw_out')
+    assert (own.do == own.clean[None]).all()
+    with pytest.raises(ValueError, match="ffw.kind='mlp'"):
+        logit_diffs(mlp, tokens, targets, pairs, cells.mask)  # the default site, the gates
+    with pytest.raises(ValueError, match=r"site must be one of \['resid_pre', 'attn_out', 'gates', 'ffw_out', 'resid_post'\]"):
+        logit_diffs(model, tokens, targets, pairs, cells.mask, site='mlp_out')
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_matching_is_maximum_and_valid(seed):
     rng = np.random.default_rng(seed)
@@ -197,6 +256,12 @@ def test_patch_experiment_paper_nouns_without_bos(tmp_path, data_dir, monkeypatc
     assert pd.read_csv(tmp_path / 'out' / 'pairs.csv').noun.tolist() == list(PAPER_NOUNS)
     with pytest.raises(ValueError, match="nouns must be one of"):
         patch_experiment(tmp_path / 'run', tmp_path / 'x', nouns='mine')
+    by_ffw = patch_experiment(tmp_path / 'run', tmp_path / 'ffw', nouns='paper', bos=False, n_boot=50, site='ffw_out')
+    assert set(pd.read_csv(tmp_path / 'ffw' / 'nie.csv').site) == {'ffw_out'}
+    assert set(pd.read_csv(tmp_path / 'out' / 'nie.csv').site) == {'gates'}
+    assert (by_ffw.n_known == table.n_known).all() and not np.allclose(by_ffw.median_all, table.median_all)
+    with pytest.raises(ValueError, match="site must be one of"):
+        patch_experiment(tmp_path / 'run', tmp_path / 'x', nouns='paper', site='mlp_out')
 
 
 def test_rows_equal_index_form(setup):
