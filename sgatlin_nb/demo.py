@@ -1,4 +1,4 @@
-"""`sgatlin demo`: from a fresh clone to a trained sgatlin model and its circuit analyses, in one self-contained HTML report, in under ten minutes on two CPU cores.
+"""`sgatlin demo`: from a fresh clone to a trained sgatlin model and its circuit analyses, in one self-contained HTML report, in under five minutes on two CPU cores, the install included.
 
 Docs: https://sgatlin-nb.github.io/sgatlin_nb/demo.html.md"""
 
