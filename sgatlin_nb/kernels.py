@@ -53,13 +53,13 @@ def gather_combine(table_RxD, rows_NxJ, a_NxJ, chunk):
 
 def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype,
                   start: float = 0.0):  # value the accumulator starts from: 0.0, or -0.0 for a second table
-    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked."
+    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked, summed in float32 and returned in `dtype`."
     def one(acc, args):
         rows, a, v = args  # padded tokens have a = 0 and add nothing
-        upd = (a[..., None] * v[:, None, :]).astype(dtype)
+        upd = a[..., None].astype(jnp.float32) * v[:, None, :].astype(jnp.float32)
         return acc.at[rows].add(upd, mode='promise_in_bounds'), None
-    init = jnp.full((n_rows, v_NxD.shape[1]), start, dtype)
-    return jax.lax.scan(one, init, _in_chunks(chunk, rows_NxJ, a_NxJ, v_NxD))[0]
+    init = jnp.full((n_rows, v_NxD.shape[1]), start, jnp.float32)  # a bfloat16 table (gathered by FSDP) still sums in float32
+    return jax.lax.scan(one, init, _in_chunks(chunk, rows_NxJ, a_NxJ, v_NxD))[0].astype(dtype)
 
 # %% ../nbs/01a_kernels.ipynb #d944d543
 @partial(jax.custom_vjp, nondiff_argnums=(5, 6))

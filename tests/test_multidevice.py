@@ -39,3 +39,63 @@ def test_four_cpu_devices_match_one(data_dir):
         assert len(res[name]) == len(res["one"]) == 6
         for a, b in zip(res[name], res["one"]):
             assert abs(a - b) <= 1e-4 * abs(b), (name, res[name], res["one"])
+
+
+# Every feedforward kind (and sgatlin's two ablations) on 8 forced CPU devices: the data-parallel loss and gradient
+# equal one device's in float32, with a vocabulary 8 does not divide, padding targets on one device only, and two
+# micro-batches; and one block of each ablation at the paper's s6 size compiles to a data-parallel program
+# (92_gpu checks the five kinds and the SwiGLU twin the same way).
+EQUAL_SCRIPT = textwrap.dedent("""
+    import dataclasses, json
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from flax import nnx
+    from sgatlin_nb.baselines import FFWConfig
+    from sgatlin_nb.gpu import one_block, paper_presets, partition_checks, partition_report
+    from sgatlin_nb.model import ModelConfig, Transformer
+    from sgatlin_nb.train import data_parallel_grads, lm_loss, make_config, make_mesh, param_specs, state_shardings
+    assert jax.device_count() == 8
+    mesh = make_mesh()
+    gated = dict(d_ffw=256, n_channels=4, k=4, d_key=32)
+    FFW = {'mlp': dict(kind='mlp', d_ffw=128), 'swiglu': dict(kind='swiglu', d_ffw=96, swiglu_variant='gpt_oss'),
+           'moe': dict(kind='moe', d_ffw=64, n_experts=4, top_k=2, softmax_over='all', router_bias=False),
+           'peer': dict(kind='peer', **gated), 'sgatlin': dict(kind='sgatlin', **gated),
+           'sgatlin relu': dict(kind='sgatlin', **gated, activation='relu'),
+           'sgatlin PEER router': dict(kind='sgatlin', **gated, router='product_key_value')}
+    out = {'equal': {}, 'partition': {}}
+    rng = np.random.default_rng(0)
+    for name, f in FFW.items():
+        cfg = ModelConfig(vocab_size=101, d_model=64, n_layers=2, seq_len=16, ffw=FFWConfig(d_model=64, **f), qk_norm=True)
+        graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param)
+        batch = rng.integers(0, 101, (16, 17)).astype(np.int32)
+        batch[3, 5:] = -1  # PAD_TARGET: padding on one device only
+        vg = jax.jit(jax.value_and_grad(lm_loss), static_argnums=1)  # one device, the two micro-batches (every other row)
+        (la, ga), (lb, gb) = vg(params, graphdef, jnp.asarray(batch[0::2])), vg(params, graphdef, jnp.asarray(batch[1::2]))
+        sh = state_shardings(params, mesh, True)
+        fn = jax.jit(data_parallel_grads(graphdef, mesh, param_specs(sh), 2), in_shardings=(sh, NamedSharding(mesh, P('data'))))
+        loss8, g8 = fn(jax.device_put(params, sh), jax.device_put(batch, NamedSharding(mesh, P('data'))))
+        g1 = jax.tree.map(lambda a, b: (a + b) / 2, ga, gb)
+        scale = max(float(jnp.abs(a).max()) for a in jax.tree.leaves(g1))
+        out['equal'][name] = {'loss_1': float((la + lb) / 2), 'loss_8': float(loss8),
+                              'grad_err': max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g8))) / scale,
+                              'split': sum(any(a is not None for a in s.spec) for s in jax.tree.leaves(sh, is_leaf=lambda s: isinstance(s, NamedSharding)))}
+    s6 = dict(paper_presets(kinds=('sgatlin',), scales=(6,)))['sgatlin-s6']
+    for name, over in (('sgatlin relu', {'model.ffw.activation': 'relu'}), ('sgatlin PEER router', {'model.ffw.router': 'product_key_value'})):
+        r = partition_report(one_block(make_config(s6, over)), mesh)
+        out['partition'][name] = {'bad': partition_checks(r), 'trips': sum(r['loop_trips']), 'gb': r['collective_gb']}
+    print(json.dumps(out))
+""")
+
+
+def test_eight_devices_every_kind_data_parallel():
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    proc = subprocess.run([sys.executable, "-c", EQUAL_SCRIPT], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(res["equal"]) == 7 and len(res["partition"]) == 2
+    for name, r in res["equal"].items():
+        assert r["split"] > 10, (name, r)  # FSDP really splits the parameters
+        assert abs(r["loss_8"] - r["loss_1"]) <= 1e-5 * abs(r["loss_1"]), (name, r)
+        assert r["grad_err"] <= 1e-5, (name, r)
+    for name, r in res["partition"].items():
+        assert r["bad"] == [] and 0 < r["gb"] < 3, (name, r)
