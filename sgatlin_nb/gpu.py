@@ -206,7 +206,7 @@ def gpu_table(presets: list[tuple[str, TrainConfig]], n_devices: int = 8, lower=
 def table_markdown(table: pd.DataFrame) -> str:
     "The columns of `gpu_table` a reader needs, as a markdown table (sizes in GB per device)."
     head = ['preset', 'params', 'FLOPs/token (paper)', 'seqs/device', 'params', 'AdamW', 'grads',
-            'activations (analytic)', 'gathered block', 'total', 'fits 80 GB', 'lowered']
+            'activations (analytic)', 'gathered weights', 'total', 'fits 80 GB', 'lowered']
     lines = ['| ' + ' | '.join(head) + ' |', '|---|' + '---:|' * (len(head) - 1)]
     for name, r in table.iterrows():
         lines.append(f"| {name} | {r.params / 1e6:,.0f}M | {r.flops_paper / 1e6:,.0f}M | {r.seqs_per_device} | "

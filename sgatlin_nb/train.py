@@ -523,11 +523,11 @@ def activation_bytes(cfg: TrainConfig, n_devices: int) -> int:
     return kept + logits
 
 def gathered_bytes(cfg: TrainConfig) -> int:
-    "One block's weights gathered from every device in the compute dtype, with their float32 gradient."
+    "FSDP's gathered weights (`data_parallel_grads`): the whole model, the embedding in float32 and the rest in the compute dtype (kept for the backward pass), and one block's float32 gradient before it is reduce-scattered."
     m = cfg.model
-    block = (model_params(m.d_model, 1, m.vocab_size, m.ffw, head_dim=m.head_dim, qk_norm=m.qk_norm)
-             - m.vocab_size * m.d_model - m.d_model)
-    return block * (jnp.dtype(m.dtype).itemsize + 4)
+    params = lambda n: model_params(m.d_model, n, m.vocab_size, m.ffw, head_dim=m.head_dim, qk_norm=m.qk_norm)
+    embed, block = m.vocab_size * m.d_model, params(2) - params(1)
+    return embed * 4 + (params(m.n_layers) - embed) * jnp.dtype(m.dtype).itemsize + block * 4
 
 def memory_estimate(cfg: TrainConfig, n_devices: int = 1) -> dict:
     "Bytes per device of training `cfg` on `n_devices` (sharded if `cfg.fsdp`), by part and in total; nothing is allocated."
@@ -571,7 +571,7 @@ def memory_preflight(cfg: TrainConfig, n_devices: int, device_bytes: int | None,
     if more: fixes.append(f'--fsdp on {more} devices')
     gb = lambda x: f'{x / 1e9:.1f}'
     names = {'params': 'parameters', 'opt_state': 'AdamW state', 'grads': 'gradients', 'activations': 'activations',
-             'gathered': 'gathered block'}
+             'gathered': 'gathered weights'}
     raise DoesNotFit(f"this run needs about {gb(est['total'])} GB per device ("
                    + ', '.join(f'{names[k]} {gb(v)}' for k, v in est.items() if k in names and v)
                    + f") but {what} has {gb(device_bytes)} GB: "
