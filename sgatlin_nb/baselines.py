@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .kernels import ACTIVATIONS, chunk_rows, gather_combine, gather_dot, scatter_outer
+from .kernels import ACTIVATIONS, chunk_rows, gather_combine, kernel_choice, gather_dot, scatter_outer
 from .layers import (Feedforward, Gates, ProductKeyRouter, SparselyGatedLinear, check_positive,
                                check_sgatlin_config, fan_in_init)
 
@@ -254,7 +254,7 @@ class PEER(ProductKeyRouter):
         self._check_gates(x, gates)
         x_NxD = x.reshape(-1, self.d_model).astype(self.dtype)
         J = self.n_channels * self.k
-        chunk = chunk_rows(x_NxD.shape[0], J, self.d_model, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
+        chunk = kernel_choice(x_NxD.shape[0], J, self.d_model, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
         y_NxD = peer_neurons(x_NxD, gates.scores.reshape(-1, J), gates.indices.reshape(-1, J),
                              self.w_in[...], self.w_out[...], chunk)
         return y_NxD.reshape(x.shape).astype(x.dtype)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from .gating import product_top_k
-from .kernels import (ACTIVATIONS, TouchedRows, chunk_rows, gated_neurons, gated_neurons_touched,
+from .kernels import (ACTIVATIONS, TouchedRows, kernel_choice, gated_neurons, gated_neurons_touched,
                                 selected_subkey_scores, touched_rows)
 
 # %% ../nbs/01_sgatlin.ipynb #fac58d80
@@ -125,7 +125,7 @@ class ProductKeyRouter(Feedforward):
         M = N if self.router == 'product_dense' else N * 2 * C  # one query per token, or per token, half and channel
         keys_RxK = self.w_key[...].transpose(1, 2, 3, 0).reshape(2 * C * R, K)
         rows_MxS = rows_NxHxCxS.reshape(M, -1)
-        chunk = chunk_rows(M, rows_MxS.shape[1], K, 4, None)
+        chunk = kernel_choice(M, rows_MxS.shape[1], K, 4, None)  # CPU chunks, or the GPU path (01a_kernels)
         sel_NxHxCxS = selected_subkey_scores(s_NxHxCxS.reshape(M, -1), q.reshape(M, K), keys_RxK, rows_MxS,
                                              chunk).reshape(N, 2, C, k)
         lead = x.shape[:-1]
@@ -171,7 +171,7 @@ class SparselyGatedLinear(ProductKeyRouter):
         x_NxD = x.reshape(-1, D).astype(self.dtype)
         rows_NxJ = self._rows(gates.indices)
         scores_NxJ = gates.scores.reshape(x_NxD.shape[0], C * self.k)
-        chunk = chunk_rows(x_NxD.shape[0], C * self.k, D, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
+        chunk = kernel_choice(x_NxD.shape[0], C * self.k, D, jnp.dtype(self.dtype).itemsize, self.chunk_tokens)
         w_in_RxD, w_out_RxD = self.w_in[...].reshape(C * F, D), self.w_out[...].reshape(C * F, D)
         if taps is None:
             y_NxD = gated_neurons(x_NxD, scores_NxJ, rows_NxJ, w_in_RxD, w_out_RxD, self.activation, chunk)

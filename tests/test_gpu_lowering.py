@@ -9,14 +9,20 @@ import textwrap
 # A child process: XLA_FLAGS must be set before jax is imported, and pytest's process has imported it already.
 SCRIPT = textwrap.dedent('''
     import json, sys, jax
-    from sgatlin_nb.gpu import paper_presets, preset_ends, export_train_step, train_step_args, state_bytes, abstract_state
+    from sgatlin_nb.gpu import (paper_presets, preset_ends, export_train_step, train_step_args, state_bytes, abstract_state,
+                                equal_flops_swiglu, lowering_counts)
     from sgatlin_nb.train import make_mesh, state_shardings
     mesh = make_mesh()
-    out = {'devices': jax.device_count(), 'lowered': {}, 'on_page': sorted(preset_ends())}
-    for name, cfg in paper_presets():
-        if name in preset_ends(): continue
-        e = export_train_step(cfg, mesh)
-        out['lowered'][name] = [list(e.platforms), e.nr_devices]
+    out = {'devices': jax.device_count(), 'lowered': {}, 'on_page': sorted(preset_ends()), 'counts': {}, 'twins': {}}
+    presets = dict(paper_presets())
+    for name, cfg in presets.items():
+        sparse = cfg.model.ffw.kind in ('sgatlin', 'peer')
+        if name in preset_ends() and not sparse: continue
+        e = export_train_step(cfg, mesh)  # for CUDA: the GPU kernels
+        if name not in preset_ends(): out['lowered'][name] = [list(e.platforms), e.nr_devices]
+        if sparse: out['counts'][name] = lowering_counts(e)
+    for name in ('sgatlin-s2', 'sgatlin-s8'):  # the SwiGLU twins' loops and scatter-adds do not depend on the size
+        out['twins'][name] = lowering_counts(export_train_step(equal_flops_swiglu(presets[name]), mesh))
     # compile one preset for the 8 CPU devices: the partitioner runs, and the arguments are the sharded state + batch
     cfg = dict(paper_presets(kinds=()))['tinystories']
     step, args = train_step_args(cfg, mesh)
@@ -38,3 +44,9 @@ def test_presets_lower_for_cuda_on_8_devices():
     bad = {k: v for k, v in out['lowered'].items() if v != [['cuda'], 8]}
     assert not bad, bad
     assert out['compiled_args'] == out['expected_args'], out
+    # the sparse presets lower to the loop-free GPU path: no more loops or float32 scatter-adds than a SwiGLU twin
+    twins = list(out["twins"].values())
+    assert twins[0]["while"] == twins[1]["while"] and twins[0]["f32 scatter-add"] == twins[1]["f32 scatter-add"], twins
+    assert len(out["counts"]) == 2 * 7 + 2, sorted(out["counts"])  # sgatlin and PEER at every rung, TinyStories, the ablation model
+    for name, c in out["counts"].items():
+        assert c["while"] <= twins[0]["while"] and c["f32 scatter-add"] <= twins[0]["f32 scatter-add"] and c["triton"] > 0, (name, c)
