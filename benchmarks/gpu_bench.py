@@ -6,7 +6,11 @@ Run it first whenever a GPU is lent (the project rarely has one), and commit the
     python benchmarks/gpu_bench.py --out benchmarks/results            # on a GPU: at most 8 minutes, compiles included
     python benchmarks/gpu_bench.py --mini --out /tmp/bench               # the same code at toy sizes on a CPU (CI runs this)
 
-Three parts, in this order, so that a short time box still gives the most important numbers:
+On a lent machine whose image has JAX with CUDA but not every package sgatlin_nb imports, carry the missing wheels:
+`bash scripts/device_wheels.sh` writes them into .whl/ here; there, run
+`python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:. python3 benchmarks/gpu_bench.py --out "$OUT"`.
+
+Four parts, in this order, so that a short time box still gives the most important numbers:
 
 1. The layer alone, forward+backward in bfloat16 (parameters float32), at the per-device sizes of the paper's
    rungs s4, s6 and s8 (32,768 tokens, 16 sequences of 2,048): sgatlin with its GPU kernels (the Pallas tile
@@ -18,7 +22,9 @@ Three parts, in this order, so that a short time box still gives the most import
    gathers and two scatters backward), and XLA's temporary bytes.
 2. The whole train step on one device at the s6 rung with fewer blocks (`--step-layers`): sgatlin, its SwiGLU
    twin, the MoE and PEER: tokens/s, MFU from the package's FLOP accounting, XLA's memory plan.
-3. Determinism: the gradient of sgatlin's loss evaluated twice from the same state, compared bit for bit.
+3. Attention at the s6 shapes (16 x 2,048 tokens, 12 heads of 64) in bfloat16, forward+backward: cuDNN's fused
+   kernel (what the model picks on a GPU) against XLA's, timed side by side, and their largest difference.
+4. Determinism: the gradient of sgatlin's loss evaluated twice from the same state, compared bit for bit.
 """
 import argparse
 import json
@@ -180,6 +186,33 @@ def bench_steps(res: dict, save, mini: bool, layers: int, steps: int, deadline: 
         save()
 
 
+def bench_attention(res: dict, save, mini: bool, reps: int, deadline: float):
+    import jax
+    import jax.numpy as jnp
+    from sgatlin_nb.model import attention_backend
+    B, T, H, E = (2, 64, 2, 64) if mini else (16, 2048, 12, 64)
+    q, k, v = (jax.random.normal(jax.random.key(i), (B, T, H, E), jnp.bfloat16) for i in range(3))
+    impls = ['xla'] + (['cudnn'] if attention_backend(jnp.bfloat16, E) == 'cudnn' else [])
+    def fwd_bwd(impl):
+        f = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
+        return jax.jit(lambda q, k, v: (f(q, k, v), jax.grad(lambda *a: jnp.sum(f(*a).astype(jnp.float32) ** 2), argnums=(0, 1, 2))(q, k, v)))
+    fns = {}
+    for impl in impls:
+        try: fns[impl] = fwd_bwd(impl).lower(q, k, v).compile()
+        except Exception as e: res['skipped'].append(f'attention {impl}: {type(e).__name__}: {str(e)[:200]}')
+    best = time_interleaved(fns, {i: (q, k, v) for i in fns}, reps, deadline)
+    out = {impl: {'s': t, 'tokens_per_s': B * T / t} for impl, t in best.items()}
+    if len(fns) == 2:
+        a, b = (jax.tree.leaves(fns[i](q, k, v)) for i in ('xla', 'cudnn'))
+        out['largest_difference'] = max(float(jnp.abs(x.astype(jnp.float32) - y.astype(jnp.float32)).max()) for x, y in zip(a, b))
+        out['cudnn_vs_xla'] = best['cudnn'] / best['xla']
+    res['attention'] = out
+    print('attention ' + ', '.join(f"{i} {r['tokens_per_s']:,.0f} tokens/s" for i, r in out.items() if isinstance(r, dict))
+          + (f"; cuDNN/XLA time x{out['cudnn_vs_xla']:.2f}, largest difference {out['largest_difference']:.2e}" if 'cudnn_vs_xla' in out else
+             ' (no cuDNN on this platform)'), flush=True)
+    save()
+
+
 def bench_determinism(res: dict, save, mini: bool):
     import jax
     import jax.numpy as jnp
@@ -229,6 +262,8 @@ def main(argv=None):
     save()
     bench_layers(res, save, a.mini, a.reps, deadline)
     bench_steps(res, save, a.mini, a.step_layers, a.steps, deadline)
+    if time.perf_counter() < deadline: bench_attention(res, save, a.mini, a.reps, deadline)
+    else: res['skipped'].append('attention: out of time')
     if time.perf_counter() < deadline: bench_determinism(res, save, a.mini)
     else: res['skipped'].append('determinism: out of time')
     save()

@@ -26,5 +26,6 @@ def test_gpu_bench_mini(tmp_path):
     assert sorted(res["step"]) == ["moe", "peer", "sgatlin", "swiglu twin"]
     assert all(r["tokens_per_s"] > 0 and r["steps"] >= 2 for r in res["step"].values())
     assert res["determinism"]["bit_identical"] and res["determinism"]["arrays"] > 10
+    assert list(res["attention"]) == ["xla"] and res["attention"]["xla"]["tokens_per_s"] > 0  # cuDNN only on a GPU
     for line in ("layer s6 sgatlin", "step swiglu twin", "two gradient evaluations"):
         assert line in proc.stdout, proc.stdout
