@@ -102,8 +102,8 @@ def loop_trips(hlo: str) -> list[int]:
     return sorted(int(n) for n in re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', hlo))
 
 def top_k_types(hlo: str) -> list[str]:
-    "The operand types of every top-k of a compiled module, sorted."
-    return sorted(m[1] for m in re.finditer(r'custom-call\(([^)]*)\).*custom_call_target="TopK"', hlo))
+    "The result types (values and indices: rows x k) of every top-k of a compiled module, layouts dropped, sorted."
+    return sorted(re.sub(r'\{[^}]*\}', '', m[1]) for m in re.finditer(r'^\s*(?:ROOT )?\S+ = (\([^)]*\)|\S+) custom-call\(.*custom_call_target="TopK"', hlo, re.M))
 
 def compile_step(cfg: TrainConfig, mesh: Mesh, batch_size: int | None = None):
     "The training step of `cfg` compiled for `mesh` (FSDP), for `batch_size` rows (default: the config's)."

@@ -224,11 +224,20 @@ def _pad_tokens(*arrays):
     pad = -arrays[0].shape[0] % _TILE
     return [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in arrays]
 
+def _over_token_tiles(kernel, table_RxD, rows_NxJ, per_token, out_cols: int, out_dtype, interpret: bool):
+    "`kernel(table, rows, per_token, out)` once per tile of tokens: the table whole (in `per_token`'s dtype), `rows` `[N, J]`, `per_token` `[N, ...]`, `out` `[N, out_cols]`."
+    (N, J), (R, D) = rows_NxJ.shape, table_RxD.shape
+    rows_NxJ, per_token = _pad_tokens(rows_NxJ, per_token)
+    tile = lambda i: (i, 0)
+    return _tile_call(kernel, (rows_NxJ.shape[0] // _TILE,),
+                      [pl.BlockSpec((R, D), lambda i: (0, 0)), pl.BlockSpec((_TILE, J), tile),
+                       pl.BlockSpec((_TILE, per_token.shape[1]), tile)],
+                      pl.BlockSpec((_TILE, out_cols), tile), jax.ShapeDtypeStruct((rows_NxJ.shape[0], out_cols), out_dtype),
+                      interpret, table_RxD.astype(per_token.dtype), rows_NxJ, per_token)[:N]
+
 def tile_gather_dot(table_RxD, rows_NxJ, v_NxD, interpret: bool = False):
     "`out[n, j] = table[rows[n, j]] · v[n]` in float32: one Pallas program per tile of tokens, rows gathered in `v`'s dtype."
-    (N, J), (R, D) = rows_NxJ.shape, table_RxD.shape
-    rows_NxJ, v_NxD = _pad_tokens(rows_NxJ, v_NxD)
-    pieces = pow2_pieces(D)
+    J, pieces = rows_NxJ.shape[1], pow2_pieces(table_RxD.shape[1])
     def kernel(table_ref, rows_ref, v_ref, out_ref):
         vs = [v_ref[:, pl.ds(s, z)].astype(jnp.float32) for s, z in pieces]
         def one(j, _):
@@ -237,17 +246,11 @@ def tile_gather_dot(table_RxD, rows_NxJ, v_NxD, interpret: bool = False):
                                          for v, (s, z) in zip(vs, pieces))[:, None]
             return 0
         jax.lax.fori_loop(0, J, one, 0)
-    tile = lambda i: (i, 0)
-    return _tile_call(kernel, (rows_NxJ.shape[0] // _TILE,),
-                      [pl.BlockSpec((R, D), lambda i: (0, 0)), pl.BlockSpec((_TILE, J), tile), pl.BlockSpec((_TILE, D), tile)],
-                      pl.BlockSpec((_TILE, J), tile), jax.ShapeDtypeStruct(rows_NxJ.shape, jnp.float32), interpret,
-                      table_RxD.astype(v_NxD.dtype), rows_NxJ, v_NxD)[:N]
+    return _over_token_tiles(kernel, table_RxD, rows_NxJ, v_NxD, J, jnp.float32, interpret)
 
 def tile_gather_combine(table_RxD, rows_NxJ, a_NxJ, interpret: bool = False):
     "`out[n] = Σ_j a[n, j] · table[rows[n, j]]` in `a`'s dtype, summed in float32: one Pallas program per tile of tokens."
-    (N, J), (R, D) = rows_NxJ.shape, table_RxD.shape
-    rows_NxJ, a_NxJ = _pad_tokens(rows_NxJ, a_NxJ)
-    pieces = pow2_pieces(D)
+    (J, D), pieces = (rows_NxJ.shape[1], table_RxD.shape[1]), pow2_pieces(table_RxD.shape[1])
     def kernel(table_ref, rows_ref, a_ref, out_ref):
         def one(j, acc):
             rows, a = rows_ref[:, pl.ds(j, 1)][:, 0], a_ref[:, pl.ds(j, 1)].astype(jnp.float32)
@@ -255,11 +258,7 @@ def tile_gather_combine(table_RxD, rows_NxJ, a_NxJ, interpret: bool = False):
         acc = jax.lax.fori_loop(0, J, one, tuple(jnp.zeros((_TILE, z), jnp.float32) for _, z in pieces))
         for y, (s, z) in zip(acc, pieces):
             out_ref[:, pl.ds(s, z)] = y.astype(out_ref.dtype)
-    tile = lambda i: (i, 0)
-    return _tile_call(kernel, (rows_NxJ.shape[0] // _TILE,),
-                      [pl.BlockSpec((R, D), lambda i: (0, 0)), pl.BlockSpec((_TILE, J), tile), pl.BlockSpec((_TILE, J), tile)],
-                      pl.BlockSpec((_TILE, D), tile), jax.ShapeDtypeStruct((rows_NxJ.shape[0], D), a_NxJ.dtype), interpret,
-                      table_RxD.astype(a_NxJ.dtype), rows_NxJ, a_NxJ)[:N]
+    return _over_token_tiles(kernel, table_RxD, rows_NxJ, a_NxJ, D, a_NxJ.dtype, interpret)
 
 def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: bool = False):
     "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`, deterministic: selections sorted by row, one Pallas program per row summing its own in float32."
