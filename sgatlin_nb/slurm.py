@@ -109,6 +109,9 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
     if signal_s < 1: raise ValueError(f"signal_s must be at least 1 second, got {signal_s}")
     nb = Path(notebook).absolute()
     run_dir = Path(run_dir).absolute()
+    for what, path in (('notebook', nb), ('run_dir', run_dir)):  # a line break would end an #SBATCH or comment line
+        if any(ch in str(path) for ch in '\n\r'):
+            raise ValueError(f"{what} {str(path)!r} holds a line break: choose a path without one")
     array = len(tasks) > 1
     head = [f'--job-name={job_name}', f'--nodes={nodes}', f'--ntasks-per-node={tasks_per_node}']
     head += [f'--gpus-per-node={gpus_per_node}'] if gpus_per_node else []
@@ -127,13 +130,14 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         f'# Runs {nb.name} with papermill, {len(tasks)} task(s); executed notebooks and logs in {run_dir}/<task>/.',
         'set -euo pipefail',
         'TASK=${SLURM_ARRAY_TASK_ID:-0}',
-        f'TASK_DIR={shlex.quote(str(run_dir))}/$TASK',
+        f'RUN_DIR={shlex.quote(str(run_dir))}',  # quoted once: the path is data, never shell code
+        'TASK_DIR="$RUN_DIR/$TASK"',
         'mkdir -p "$TASK_DIR"',
         'case "$TASK" in', *cases, '  *) echo "no parameters for task $TASK" >&2; exit 1 ;;', 'esac',
         *_setup_lines(setup),
         'export XLA_PYTHON_CLIENT_PREALLOCATE=false',
         '# the tasks share compiled programs: a task compiles what no task compiled before it',
-        f'export JAX_COMPILATION_CACHE_DIR="${{JAX_COMPILATION_CACHE_DIR:-{run_dir}/jax_cache}}"',
+        'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$RUN_DIR/jax_cache}"',
         '# every process initialises jax.distributed before the first cell (a no-op for a one-process task)',
         'export IPYTHONDIR="$TASK_DIR/ipython"',
         'mkdir -p "$IPYTHONDIR/profile_default/startup"',
