@@ -114,10 +114,18 @@ def bench_layers(res: dict, save, mini: bool, reps: int, deadline: float):
         compiled, t_compile = {}, {}
         for name, (fn, params) in fns.items():
             t0 = time.perf_counter()
-            with use_kernels(gpu if name == 'sgatlin' else 'cpu'):  # traced here: the authors' and SwiGLU have no kernels
-                compiled[name] = fn.lower(params, x).compile()
+            try:
+                with use_kernels(gpu if name == 'sgatlin' else 'cpu'):  # traced here: the authors' and SwiGLU have no kernels
+                    compiled[name] = fn.lower(params, x).compile()
+                jax.block_until_ready(compiled[name](params, x))  # a kernel that fails to run fails here, alone
+            except Exception as e:  # one failing variant (a kernel a GPU rejects) must not cost the others' figures
+                compiled.pop(name, None)
+                res['errors'].append(f'layer s{scale} {name}: {type(e).__name__}: {str(e)[:500]}')
+                print(f'layer s{scale} {name}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
             t_compile[name] = time.perf_counter() - t0
-        best = time_interleaved({n: c for n, c in compiled.items()}, {n: (fns[n][1], x) for n in fns}, reps, deadline)
+        if 'swiglu twin' not in compiled:
+            save(); continue
+        best = time_interleaved(compiled, {n: (fns[n][1], x) for n in compiled}, reps, deadline)
         rows = {}
         for name, s in best.items():
             cfg = twin if name == 'swiglu twin' else sg
@@ -139,13 +147,9 @@ def bench_layers(res: dict, save, mini: bool, reps: int, deadline: float):
 
 
 def bench_steps(res: dict, save, mini: bool, layers: int, steps: int, deadline: float):
-    import dataclasses
     import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from sgatlin_nb.complexity import model_flops
     from sgatlin_nb.gpu import equal_flops_swiglu, paper_presets
-    from sgatlin_nb.train import init_state, make_config, make_mesh, make_train_step, miniature_config, shard_batch, state_shardings
+    from sgatlin_nb.train import make_mesh
     presets = dict(paper_presets(scales=(6,)))
     base = {'sgatlin': presets['sgatlin-s6'], 'swiglu twin': equal_flops_swiglu(presets['sgatlin-s6']),
             'moe': presets['moe-s6'], 'peer': presets['peer-s6']}
@@ -153,37 +157,50 @@ def bench_steps(res: dict, save, mini: bool, layers: int, steps: int, deadline: 
     for name, cfg in base.items():
         if time.perf_counter() > deadline:
             res['skipped'].append(f'step {name}: out of time'); save(); continue
-        cfg = miniature_config(cfg) if mini else make_config(cfg, {'model.n_layers': layers, 'batch_size': 16})
-        graphdef, state, tx = init_state(cfg)
-        sh = state_shardings(state, mesh, False)
-        state = jax.device_put(state, sh)
-        fn = make_train_step(graphdef, tx, cfg.grad_accum, sh, mesh, cfg.model.dtype)
-        tokens = np.random.default_rng(0).integers(0, cfg.model.vocab_size, (cfg.batch_size, cfg.model.seq_len + 1))
-        batch = shard_batch(tokens.astype(np.int32), mesh)
-        t0 = time.perf_counter()
-        compiled = fn.lower(state, batch).compile()
-        t_compile = time.perf_counter() - t0
-        state, m = compiled(state, batch)
-        jax.block_until_ready(m)
-        t0, done = time.perf_counter(), 0
-        while done < steps and (done < 2 or time.perf_counter() < deadline):
-            state, m = compiled(state, batch)
-            done += 1
-        jax.block_until_ready(m)
-        s = (time.perf_counter() - t0) / done
-        mc = cfg.model
-        rate = cfg.batch_size * mc.seq_len / s
-        row = {'n_layers': mc.n_layers, 'd_model': mc.d_model, 'batch': cfg.batch_size, 'seq_len': mc.seq_len, 'steps': done,
-               's_per_step': s, 'tokens_per_s': rate, 'compile_s': t_compile, 'loss': float(m['loss']),
-               'xla_temp_bytes': compiled.memory_analysis().temp_size_in_bytes}
-        if res['peak_bf16_flops']:
-            row['mfu'] = rate * 3 * model_flops(mc.d_model, mc.n_layers, mc.seq_len, mc.vocab_size, mc.ffw, 'full') / res['peak_bf16_flops']
-        stats = jax.local_devices()[0].memory_stats() or {}
-        if 'peak_bytes_in_use' in stats: row['peak_bytes_so_far'] = stats['peak_bytes_in_use']
-        res['step'][name] = row
-        print(f"step {name:12s} {rate:12,.0f} tokens/s" + (f"  MFU {row['mfu']:.1%}" if 'mfu' in row else '')
-              + f"  ({done} steps, compile {t_compile:.0f} s)", flush=True)
+        try:
+            step_row(res, name, cfg, mini, layers, steps, deadline, mesh)
+        except Exception as e:
+            res['errors'].append(f'step {name}: {type(e).__name__}: {str(e)[:500]}')
+            print(f'step {name}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
         save()
+
+
+def step_row(res: dict, name: str, cfg, mini: bool, layers: int, steps: int, deadline: float, mesh):
+    "Compile and time the train step of `cfg` (shrunk), and write its row into `res['step']`."
+    import jax
+    import numpy as np
+    from sgatlin_nb.complexity import model_flops
+    from sgatlin_nb.train import init_state, make_config, make_train_step, miniature_config, shard_batch, state_shardings
+    cfg = miniature_config(cfg) if mini else make_config(cfg, {'model.n_layers': layers, 'batch_size': 16})
+    graphdef, state, tx = init_state(cfg)
+    sh = state_shardings(state, mesh, False)
+    state = jax.device_put(state, sh)
+    fn = make_train_step(graphdef, tx, cfg.grad_accum, sh, mesh, cfg.model.dtype)
+    tokens = np.random.default_rng(0).integers(0, cfg.model.vocab_size, (cfg.batch_size, cfg.model.seq_len + 1))
+    batch = shard_batch(tokens.astype(np.int32), mesh)
+    t0 = time.perf_counter()
+    compiled = fn.lower(state, batch).compile()
+    t_compile = time.perf_counter() - t0
+    state, m = compiled(state, batch)
+    jax.block_until_ready(m)
+    t0, done = time.perf_counter(), 0
+    while done < steps and (done < 2 or time.perf_counter() < deadline):
+        state, m = compiled(state, batch)
+        done += 1
+    jax.block_until_ready(m)
+    s = (time.perf_counter() - t0) / done
+    mc = cfg.model
+    rate = cfg.batch_size * mc.seq_len / s
+    row = {'n_layers': mc.n_layers, 'd_model': mc.d_model, 'batch': cfg.batch_size, 'seq_len': mc.seq_len, 'steps': done,
+           's_per_step': s, 'tokens_per_s': rate, 'compile_s': t_compile, 'loss': float(m['loss']),
+           'xla_temp_bytes': compiled.memory_analysis().temp_size_in_bytes}
+    if res['peak_bf16_flops']:
+        row['mfu'] = rate * 3 * model_flops(mc.d_model, mc.n_layers, mc.seq_len, mc.vocab_size, mc.ffw, 'full') / res['peak_bf16_flops']
+    stats = jax.local_devices()[0].memory_stats() or {}
+    if 'peak_bytes_in_use' in stats: row['peak_bytes_so_far'] = stats['peak_bytes_in_use']
+    res['step'][name] = row
+    print(f"step {name:12s} {rate:12,.0f} tokens/s" + (f"  MFU {row['mfu']:.1%}" if 'mfu' in row else '')
+          + f"  ({done} steps, compile {t_compile:.0f} s)", flush=True)
 
 
 def bench_attention(res: dict, save, mini: bool, reps: int, deadline: float):
@@ -251,7 +268,7 @@ def main(argv=None):
            'python': platform.python_version(), 'mini': a.mini, 'budget_s': a.budget_s, 'reps': a.reps,
            'peak_bf16_flops': peak_flops(dev.device_kind), 'hbm_bytes_per_s': spec_for(dev.device_kind, HBM_BYTES_PER_S),
            'kernels': 'sgatlin and PEER: GPU kernels (Pallas tiles) on a GPU, interpreted in the layer part with --mini; CPU kernels otherwise',
-           'layer': {}, 'step': {}, 'skipped': []}
+           'layer': {}, 'step': {}, 'skipped': [], 'errors': []}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"gpu_bench_{re.sub(r'[^a-z0-9]+', '_', dev.device_kind.lower()).strip('_')}{'_mini' if a.mini else ''}.json"
@@ -262,12 +279,17 @@ def main(argv=None):
     save()
     bench_layers(res, save, a.mini, a.reps, deadline)
     bench_steps(res, save, a.mini, a.step_layers, a.steps, deadline)
-    if time.perf_counter() < deadline: bench_attention(res, save, a.mini, a.reps, deadline)
-    else: res['skipped'].append('attention: out of time')
-    if time.perf_counter() < deadline: bench_determinism(res, save, a.mini)
-    else: res['skipped'].append('determinism: out of time')
+    for part, run in (('attention', lambda: bench_attention(res, save, a.mini, a.reps, deadline)),
+                      ('determinism', lambda: bench_determinism(res, save, a.mini))):
+        if time.perf_counter() > deadline:
+            res['skipped'].append(f'{part}: out of time'); continue
+        try: run()
+        except Exception as e:
+            res['errors'].append(f'{part}: {type(e).__name__}: {str(e)[:500]}')
+            print(f'{part}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
     save()
-    print(f"done in {res['elapsed_s']:.0f} s" + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else ''))
+    print(f"done in {res['elapsed_s']:.0f} s" + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else '')
+          + (f"; {len(res['errors'])} part(s) failed" if res['errors'] else ''))
     return res
 
 

@@ -16,7 +16,7 @@ def test_gpu_bench_mini(tmp_path):
     files = list(tmp_path.glob("gpu_bench_*_mini.json"))
     assert len(files) == 1, files
     res = json.loads(files[0].read_text())
-    assert res["mini"] and res["platform"] == "cpu" and res["jax"] and res["skipped"] == []
+    assert res["mini"] and res["platform"] == "cpu" and res["jax"] and res["skipped"] == [] and res["errors"] == []
     assert sorted(res["layer"]) == ["s4", "s6", "s8"]
     for rows in res["layer"].values():
         assert sorted(rows) == ["authors", "sgatlin", "sgatlin, CPU kernels", "swiglu twin"]
