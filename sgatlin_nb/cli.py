@@ -55,7 +55,7 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
         except ValueError: window = ()
         if len(window) != 2: raise RunError(f"--profile takes START:STOP, two step numbers such as 10:15; got {profile!r}")
     try: summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb,
-                             check_memory=not skip_memory_check, profile=window)
+                             check_memory=not skip_memory_check, profile=window, quiet_disk_full=True)
     except Exception as e:
         if not distributed: raise
         _exit_task(e)
@@ -67,8 +67,9 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
 def _exit_task(e: BaseException):
     "End this task of a multi-task run at once: waiting to shut down with a dead peer would only hang until a timeout."
     message = ' '.join(str(e).split())[:2000]
-    print(f"sgatlin train: {message}" if isinstance(e, Preempted) else f"sgatlin train: error: {message}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
+    line = f"sgatlin train: {message}" if isinstance(e, Preempted) else f"sgatlin train: error: {message}"
+    sys.stdout.flush(); sys.stderr.flush()
+    os.write(getattr(e, 'stderr_fd', 2), (line + '\n').encode())  # a full disk left fd 2 silenced: see DiskFull
     os._exit(e.exit_status if isinstance(e, Preempted) else 2 if isinstance(e, RunError) else 1)
 
 # %% ../nbs/90_cli.ipynb #d1c0f002
@@ -169,13 +170,14 @@ def patch(run: str = 'runs/tinystories-cpu',  # training run to patch
           seed: int = 0,           # bootstrap seed
           step: int = None,        # checkpoint step (default: latest)
           nouns: str = 'stories',  # 'stories': pairs mined from the corpus; 'paper': the paper's 8 nouns (no corpus read)
-          site: str = 'gates'):    # what is patched: gates, ffw_out, attn_out, resid_pre or resid_post (13_intervention)
+          site: str = 'gates',     # what is patched: gates, ffw_out, attn_out, resid_pre or resid_post (13_intervention)
+          overwrite: bool = False): # replace the files of an earlier patch in --out
     "Patch the counterfactual's gates (or another --site) into clean runs per layer and position: NIE table and figure."
     _not_a_run(out, 'patch')
     from sgatlin_nb.intervention import patch_experiment
     table = patch_experiment(run, out, corpora=corpus.split(',') if corpus else None, min_count=min_count,
                              parser=parser, n_boot=n_boot, seed=seed, step=step, nouns=nouns,
-                             site=site)
+                             site=site, overwrite=overwrite)
     print(table.round(3).to_string(index=False))
     return table
 
@@ -188,12 +190,13 @@ def usage(run: str = 'runs/tinystories-cpu',  # training run to analyse
           layer: int = None,                  # layer of the coactivation figure (default: the penultimate)
           channel: int = 0,                   # channel of the coactivation figure
           n_neurons: int = 128,               # first neurons shown in the coactivation figure
-          step: int = None):                  # checkpoint step (default: latest)
+          step: int = None,                   # checkpoint step (default: latest)
+          overwrite: bool = False):           # replace the files of an earlier report in --out
     "Neuron usage, Gini coefficients and sub-key coactivation of a run's sgatlin layers (tables + charts)."
     _not_a_run(out, 'usage')
     from sgatlin_nb.usage import usage_report
     s = usage_report(run, out or Path(run) / 'usage', data=data, n_stories=n_stories, seed=seed,
-                     layer=layer, channel=channel, n_neurons=n_neurons, step=step)
+                     layer=layer, channel=channel, n_neurons=n_neurons, step=step, overwrite=overwrite)
     print(json.dumps(s, indent=1, default=str))
     return s
 
@@ -225,10 +228,12 @@ def neighbours(sentence: str,               # text to analyse (positional); best
                k: int = 10,                 # neighbours per token
                focus: str = None,           # part of the sentence to tabulate (default: all of it)
                width: int = 8,              # context tokens on each side of a neighbour
+               overwrite: bool = False,     # replace the files of an earlier query in --out
                quiet: bool = False):        # no progress bar
     "The nearest recorded circuits of each token of a sentence: a table and a heatmap like the paper's figure 6."
     from sgatlin_nb.neighbours import write_neighbours
-    paths = write_neighbours(sentence, out, run=run, db=db, layer=layer, k=k, focus=focus, width=width, progress=not quiet)
+    paths = write_neighbours(sentence, out, run=run, db=db, layer=layer, k=k, focus=focus, width=width,
+                             overwrite=overwrite, progress=not quiet)
     print(json.dumps({n: str(v) for n, v in paths.items()}, indent=1))
     return paths
 
@@ -247,11 +252,13 @@ def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circ
         by: str = 'group',           # colour by token group or by the most frequent tokens (colour)
         n_epochs: int = 200,         # UMAP epochs
         seed: int = 0,               # UMAP seed
+        overwrite: bool = False,     # replace the files of an earlier map in --out
         quiet: bool = False):        # no progress bar
     "A UMAP map of the circuits of the most frequent tokens, per layer, and how pure their token groups are (figure 5 of the paper)."
     from sgatlin_nb.embedding import write_map
     files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by, layers=_int_list(layers, '--layers'),
-                      channels=_int_list(channels, '--channels'), n_epochs=n_epochs, seed=seed, progress=not quiet)
+                      channels=_int_list(channels, '--channels'), n_epochs=n_epochs, seed=seed, overwrite=overwrite,
+                      progress=not quiet)
     print(json.dumps({n: str(v) for n, v in files.items()}, indent=1))
     return files
 
@@ -280,12 +287,14 @@ def neuron(layer: int = None,      # the neuron's layer (negative counts from th
            out: str = 'neuron.html',  # the HTML file to write
            contexts: int = 8,      # top contexts
            width: int = 8,         # context tokens on each side
+           overwrite: bool = False,  # replace --out if it exists
            quiet: bool = False):   # no progress bar
     "Write one neuron's page: firing rate, top contexts, the tokens it promotes and reads, its sub-key partners."
     missing = [f'--{n}' for n, v in (('layer', layer), ('channel', channel), ('neuron', neuron)) if v is None]
     if missing: raise RunError(f"name the neuron: {', '.join(missing)} (e.g. --layer 1 --channel 0 --neuron 517)")
     from sgatlin_nb.pages import write_neuron_page
-    path = write_neuron_page(layer, channel, neuron, out, run=run, db=db, contexts=contexts, width=width, progress=not quiet)
+    path = write_neuron_page(layer, channel, neuron, out, run=run, db=db, contexts=contexts, width=width,
+                             overwrite=overwrite, progress=not quiet)
     print(path)
     return path
 
@@ -433,10 +442,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sgatlin {name}: {' '.join(str(e).split())}", file=sys.stderr)
         return e.exit_status
     except (RunError, ValueError, OSError, ImportError) as e:
-        print(f"sgatlin {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        line = f"sgatlin {name}: error: {' '.join(str(e).split())}"
         if isinstance(e, DiskFull):  # end now: the checkpoint writer's abandoned threads would complain at exit
             sys.stdout.flush(); sys.stderr.flush()
+            os.write(e.stderr_fd, (line + '\n').encode())  # fd 2 itself stays silenced for those threads
             os._exit(2)
+        print(line, file=sys.stderr)
         return 2
     return 0
 

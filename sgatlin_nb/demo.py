@@ -44,7 +44,7 @@ from .embedding import circuit_map, map_chart, token_label
 from .record import CircuitDB, record_run
 from .reference import REFERENCE_DIR, check_reference
 from .train import PAIRED, PRESETS, make_config, sample_text, train
-from .runs import RunError, TrainConfig, load_run, one_line, read_metrics
+from .runs import RunError, TrainConfig, load_run, one_line, read_metrics, save_chart
 from .usage import usage_report
 
 # %% ../nbs/16_demo.ipynb #816347ac
@@ -155,7 +155,7 @@ def stage_embedding(out: Path, progress: bool = True) -> dict:
     points = circuit_map(db, progress=progress)
     (out / 'embedding').mkdir(exist_ok=True)
     alt.data_transformers.disable_max_rows()
-    map_chart(points, by='colour').save(out / 'embedding' / 'umap.png', scale_factor=2)
+    save_chart(map_chart(points, by='colour'), out / 'embedding' / 'umap.png')
     points.to_csv(out / 'embedding' / 'points.csv', index=False)
     return {'points': len(points), 'tokens_coloured': points.attrs['named']}
 
@@ -164,14 +164,14 @@ def stage_neighbours(out: Path, n_layers: int, progress: bool = True) -> dict:
     "The nearest recorded circuits of the example sentence's tokens: `out/neighbours/`."
     layer = max(n_layers - 2, 0)
     write_neighbours(SENTENCE, out / 'neighbours', run=out / 'run', db=out / 'circuits', layer=layer, focus=FOCUS,
-                     progress=progress)
+                     progress=progress, overwrite=True)  # the demo's own folder: a stage run again replaces its files
     table = pd.read_csv(out / 'neighbours' / 'neighbours.csv', keep_default_na=False)
     return {'layer': layer, 'tokens': int(table.pos.nunique()), 'nearest_distance': float(table[table['rank'] == 1].distance.mean())}
 
 def stage_patching(out: Path, train_src: str) -> dict:
     "Gate patching of the demo's pool over the layer × position grid, its NIE and the chance level of known pairs: `out/intervention/`."
     pairs = demo_pairs(train_src, load_tokenizer(out / 'run' / 'tokenizer.json'))
-    table = patch_experiment(out / 'run', out / 'intervention', pairs=pairs, n_boot=1000)
+    table = patch_experiment(out / 'run', out / 'intervention', pairs=pairs, n_boot=1000, overwrite=True)
     whole = table[(table.layer == 'all layers') & (table.position == 'all positions')].iloc[0]
     return {'nouns': len(pairs), 'min_count': PAIR_MIN_COUNT, 'known_shuffled': shuffled_known(out / 'run', pairs),
             'pairs': int(whole.n_pairs), 'known_pairs': int(whole.n_known),
@@ -180,7 +180,7 @@ def stage_patching(out: Path, train_src: str) -> dict:
 
 def stage_usage(out: Path, held_out: str, n_stories: int) -> dict:
     "Neuron usage, Gini coefficients and coactivation: `out/usage/`."
-    s = usage_report(out / 'run', out / 'usage', data=held_out, n_stories=n_stories)
+    s = usage_report(out / 'run', out / 'usage', data=held_out, n_stories=n_stories, overwrite=True)
     return {k.replace(' ', '_').replace('(', '').replace(')', ''): s[k] for k in
             ('tokens', 'fraction used', 'gini', 'gini (distinct tokens)', 'uniform gini (distinct tokens)', 'sharing ratio')}
 
@@ -318,7 +318,7 @@ def render_report(out: Path, state: dict) -> str:
 
 def stage_report(out: Path, state: dict) -> dict:
     "Render the loss curve and write `out/report.html`."
-    loss_chart(out / 'run', state['stages']['train']['unigram_loss']).save(out / 'loss.png', scale_factor=2)
+    save_chart(loss_chart(out / 'run', state['stages']['train']['unigram_loss']), out / 'loss.png')
     tmp = out / 'report.html.partial'
     tmp.write_text(render_report(out, state))
     os.replace(tmp, out / 'report.html')

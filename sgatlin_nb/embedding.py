@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from .neighbours import NeighbourIndex
 from .record import CircuitDB, gating_vectors
+from .runs import into_place, refuse_existing, save_chart
 
 # %% ../nbs/12_embedding.ipynb #520e7ba5
 def frequent_tokens(db: CircuitDB, n: int) -> tuple[pd.DataFrame, np.ndarray]:
@@ -197,11 +198,14 @@ def write_map(
     by: str = 'group',         # colour by token 'group' or by the most frequent tokens ('colour')
     k: int = 10,               # neighbours counted by the purity table
     png: bool = True,          # also write map.png (needs the vl-convert renderer)
+    overwrite: bool = False,   # replace these files if `out` holds them already
     **kw,                      # more arguments of `circuit_map` (layers, channels, n_epochs, seed, progress)
 ) -> dict:
     "Write the circuit map of a database and the purity of its token groups per layer into `out`; returns the files."
-    db = db if isinstance(db, CircuitDB) else CircuitDB(db)
     out = Path(out)
+    files = {'points': out / 'points.csv', 'purity': out / 'purity.csv', 'html': out / 'map.html'} | ({'png': out / 'map.png'} if png else {})
+    refuse_existing(files.values(), overwrite, 'sgatlin map')
+    db = db if isinstance(db, CircuitDB) else CircuitDB(db)
     out.mkdir(parents=True, exist_ok=True)
     points = circuit_map(db, n_top=n_top, **kw)
     top, rows = frequent_tokens(db, n_top)
@@ -213,13 +217,10 @@ def write_map(
         g = tuple(a[rows] if ch is None else a[rows][:, list(ch)] for a in db.gates(l))
         near = other_token_neighbours(NeighbourIndex.from_gates(*g, db.d_ffw, ids), *g, ids, k)
         tables.append(purity_table(near, pd.Index(top.token_id).get_indexer(ids), top.group.to_numpy()).assign(layer=l + 1))
-    files = {'points': out / 'points.csv', 'purity': out / 'purity.csv', 'html': out / 'map.html'}
-    points.to_csv(files['points'], index=False)
-    pd.concat(tables).rename_axis('group').reset_index().to_csv(files['purity'], index=False)
+    with into_place(files['points']) as tmp: points.to_csv(tmp, index=False)
+    with into_place(files['purity']) as tmp: pd.concat(tables).rename_axis('group').reset_index().to_csv(tmp, index=False)
     chart = map_chart(points, by=by)
     with alt.data_transformers.disable_max_rows():
-        chart.save(files['html'])
-        if png:
-            files['png'] = out / 'map.png'
-            chart.save(files['png'], scale_factor=2)
+        for kind in ('html', 'png'):
+            if kind in files: save_chart(chart, files[kind], inline=False)  # Vega's scripts from its CDN, as before
     return files

@@ -31,7 +31,7 @@ from scipy.optimize import linear_sum_assignment
 from .data import EOT, read_texts
 from .model import SITES, Transformer
 from .train import PAIRED
-from .runs import RunError, exported, load_run
+from .runs import RunError, exported, into_place, load_run, refuse_existing, save_chart
 
 # %% ../nbs/13_intervention.ipynb #5e2b15aa
 PAPER_NOUNS = {'ground': 'icy', 'turtle': 'slow', 'door': 'open', 'doctor': 'nice',
@@ -435,6 +435,7 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
                      bos: bool = True,               # begin every prompt with the end-of-text token, as the paper does
                      pairs: list[KnowledgePair] | None = None,  # given pairs (e.g. the demo's pool) instead of `nouns`
                      site: str = 'gates',            # what is patched: one of SITES of 04_transformer
+                     overwrite: bool = False,        # replace these files if `out` holds them already
                      ) -> pd.DataFrame:
     "Noun-adjective pairs, patching (the gates by default) over the layer × position grid, NIE table and heatmap for a run; returns the table."
     if nouns not in NOUN_SETS: raise ValueError(f"nouns must be one of {list(NOUN_SETS)}, got {nouns!r}")
@@ -442,6 +443,8 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
     cfg, tokenizer, graphdef, params, at = load_run(run, step)
     given = pairs
     out = Path(out) if out is not None else Path(run) / 'intervention'
+    files = {n: out / n for n in ('pairs.csv', 'per_pair.csv', 'nie.csv', 'nie.png', 'nie.html')}
+    refuse_existing(files.values(), overwrite, 'sgatlin patch')
     if pairs is not None:
         pairs = [KnowledgePair(*p) for p in pairs]
         if len(pairs) < 2: raise RunError(f"need 2 or more given noun-adjective pairs, got {len(pairs)}")
@@ -458,17 +461,18 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
                      n_boot=n_boot, seed=seed, cells_per_step=cells_per_step, site=site)
     table, pairs_Px2 = res.table, counterfactual_pairs(len(pairs))  # the rows' order
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(pairs).to_csv(out / 'pairs.csv', index=False)
+    with into_place(files['pairs.csv']) as tmp: pd.DataFrame(pairs).to_csv(tmp, index=False)
     nie_MxP = normalized_indirect_effect(res.diffs)
     per_pair = pd.DataFrame({'clean': [pairs[i].noun for i in pairs_Px2[:, 0]],
                              'patch': [pairs[j].noun for j in pairs_Px2[:, 1]],
                              'm_clean': res.diffs.clean, 'm_patch': res.diffs.patch, 'known': known_pairs(res.diffs)})
     for m, (l, t) in enumerate(zip(table.layer, table.position)):
         per_pair[f'nie[{l}|{t}]'] = nie_MxP[m]
-    per_pair.to_csv(out / 'per_pair.csv', index=False)
-    table.assign(step=at, nouns=nouns if given is None else 'given', site=site).to_csv(out / 'nie.csv', index=False)
+    with into_place(files['per_pair.csv']) as tmp: per_pair.to_csv(tmp, index=False)
+    with into_place(files['nie.csv']) as tmp:
+        table.assign(step=at, nouns=nouns if given is None else 'given', site=site).to_csv(tmp, index=False)
     chart = alt.hconcat(nie_bars(table, title=f'NIE per layer, patching {site}: {Path(run).name}, step {at}'),
                         nie_heatmap(table, title=f'Patching {site}, over the known pairs, every cell'))
-    chart.save(out / 'nie.png', scale_factor=2)
-    chart.save(out / 'nie.html')
+    save_chart(chart, files['nie.png'])
+    save_chart(chart, files['nie.html'], inline=False)
     return table

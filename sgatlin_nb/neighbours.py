@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from .model import Transformer
 from .record import (CircuitDB, Recording, encode_documents, gating_vectors, model_identity, record_batch,
                                reference_circuit_db, token_strings)
-from .runs import load_run
+from .runs import into_place, load_run, refuse_existing, save_chart
 from .reference import reference_run
 
 # %% ../nbs/11_neighbours.ipynb #5631e46d
@@ -247,8 +247,12 @@ def write_neighbours(
     width: int = 8,                 # context tokens on each side
     png: bool = True,               # also render the chart as PNG
     progress: bool = True,          # progress bars (training or recording on first use)
+    overwrite: bool = False,        # replace these files if `out` holds them already
 ) -> dict:
     "Neighbour table and chart of a sentence's circuits, written to `out`; returns the paths written."
+    out = Path(out)
+    paths = {'table': out / 'neighbours.csv', 'html': out / 'neighbours.html'} | ({'png': out / 'neighbours.png'} if png else {})
+    refuse_existing(paths.values(), overwrite, 'sgatlin neighbours')
     run = Path(run) if run is not None else reference_run()
     cfg, tokenizer, graphdef, params, step = load_run(run)
     model = nnx.merge(graphdef, params)
@@ -259,12 +263,8 @@ def write_neighbours(
     table = neighbour_table(model, tokenizer, circuits, sentence, layer=layer, k=k, focus=focus, width=width)
     chart = neighbour_chart(table, f'layer {circuits.layer(layer)} of {cfg.model.n_layers}: nearest circuits in '
                                    f'{circuits.manifest["dataset"]["name"]}')
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {'table': out / 'neighbours.csv', 'html': out / 'neighbours.html'}
-    table.to_csv(paths['table'], index=False)
-    chart.save(paths['html'], inline=True)
-    if png:
-        paths['png'] = out / 'neighbours.png'
-        chart.save(paths['png'], scale_factor=2)
+    with into_place(paths['table']) as tmp: table.to_csv(tmp, index=False)
+    for kind in ('html', 'png'):
+        if kind in paths: save_chart(chart, paths[kind])
     return paths

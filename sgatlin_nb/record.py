@@ -276,9 +276,11 @@ class CircuitDB:
         if not mf.exists():
             raise ValueError(f"{self.path} is not a circuit database (no manifest.json): build one with "
                              f"build_circuit_db or `sgatlin record`")
-        m = json.loads(mf.read_text())
-        if m.get('format') != FORMAT:
-            raise ValueError(f"{mf} is not the manifest of a circuit database (format {m.get('format')!r}, expected {FORMAT!r})")
+        try: m = json.loads(mf.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{mf} is not valid JSON ({e}): record the database again with `sgatlin record`") from None
+        if not isinstance(m, dict) or m.get('format') != FORMAT:
+            raise ValueError(f"{mf} is not the manifest of a circuit database (format {m.get('format') if isinstance(m, dict) else m!r}, expected {FORMAT!r})")
         if m.get('schema_version') != SCHEMA_VERSION:
             raise ValueError(f"{self.path} was written with circuit database schema version {m.get('schema_version')}, "
                              f"this sgatlin_nb reads version {SCHEMA_VERSION}: rebuild it with build_circuit_db or `sgatlin record`")

@@ -6,14 +6,15 @@ Docs: https://sgatlin-nb.github.io/sgatlin_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['SUBMISSION', 'ACTIVE', 'parse_value', 'parse_params', 'notebook_parameters', 'check_params', 'sweep_tasks',
-           'parse_sweep', 'sbatch_script', 'collect', 'collect_script', 'task_states', 'report_run', 'wait_run',
-           'submit']
+           'parse_sweep', 'slurm_seconds', 'sbatch_script', 'collect', 'collect_script', 'task_states', 'report_run',
+           'wait_run', 'submit']
 
 # %% ../nbs/91_slurm.ipynb #ee58acef
 import ast
 import datetime
 import itertools
 import json
+import math
 import re
 import shlex
 import shutil
@@ -26,7 +27,7 @@ import papermill
 import yaml
 
 from .scaling import isoflop_chart, merge_results, results_frame, sparsity_chart
-from .runs import RunError
+from .runs import RunError, save_chart
 
 # %% ../nbs/91_slurm.ipynb #7d6114d7
 def parse_value(text: str):
@@ -91,6 +92,18 @@ def _setup_lines(setup: str | None) -> list[str]:
     activate = Path(sys.prefix) / 'bin' / 'activate'
     return [f'source {shlex.quote(str(activate))}'] if sys.prefix != sys.base_prefix and activate.exists() else []
 
+def slurm_seconds(time: str) -> float:
+    "Seconds of a Slurm time limit: 'MM', 'MM:SS', 'HH:MM:SS', 'D-HH', 'D-HH:MM', 'D-HH:MM:SS', or 'UNLIMITED' (inf)."
+    if str(time).strip().upper() in ('UNLIMITED', 'INFINITE'): return math.inf
+    m = re.fullmatch(r'(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?', str(time).strip())
+    if m is None:
+        raise ValueError(f"--time {time!r} is not a Slurm time limit: write MM, HH:MM:SS or D-HH:MM:SS, e.g. 24:00:00")
+    d, a, b, c = m.groups()
+    if d is not None: parts = [int(d) * 24 + int(a), int(b or 0), int(c or 0)]   # D-HH[:MM[:SS]]
+    elif c is not None: parts = [int(a), int(b), int(c)]                          # HH:MM:SS
+    else: parts = [0, int(a), int(b or 0)]                                        # MM[:SS]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
 def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Path, job_name: str,
                   nodes: int = 1,                # nodes per task; above 1, jax.distributed spans them
                   tasks_per_node: int = 1,       # processes per node: 1 (each sees all its node's GPUs) or gpus_per_node
@@ -107,6 +120,9 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
     if nodes < 1 or tasks_per_node < 1:
         raise ValueError(f"nodes and tasks_per_node must be at least 1, got {nodes} and {tasks_per_node}")
     if signal_s < 1: raise ValueError(f"signal_s must be at least 1 second, got {signal_s}")
+    if signal_s >= (limit := slurm_seconds(time)):
+        raise ValueError(f"--signal-s {signal_s} must be shorter than --time {time} ({limit:.0f} s): the warning would come "
+                         f"at once and each task would requeue itself without working. Give a longer --time or a smaller --signal-s")
     nb = Path(notebook).absolute()
     run_dir = Path(run_dir).absolute()
     for what, path in (('notebook', nb), ('run_dir', run_dir)):  # a line break would end an #SBATCH or comment line
@@ -161,8 +177,8 @@ def collect(files, out: str | Path, log=print) -> Path:
     out = Path(out)
     df = results_frame(merge_results(files, out, log=log))
     for corpus in sorted(set(df.corpus)):
-        isoflop_chart(df, corpus).save(out.with_name(f'{out.stem}-{corpus}-isoflop.html'), inline=True)
-        sparsity_chart(df, corpus).save(out.with_name(f'{out.stem}-{corpus}-sparsity.html'), inline=True)
+        save_chart(isoflop_chart(df, corpus), out.with_name(f'{out.stem}-{corpus}-isoflop.html'))
+        save_chart(sparsity_chart(df, corpus), out.with_name(f'{out.stem}-{corpus}-sparsity.html'))
     return out
 
 # %% ../nbs/91_slurm.ipynb #43207057
@@ -184,7 +200,15 @@ ACTIVE = {'PENDING', 'CONFIGURING', 'RUNNING', 'COMPLETING', 'REQUEUED', 'SUSPEN
 def _read_submission(run_dir: Path) -> dict:
     f = Path(run_dir) / SUBMISSION
     if not f.exists(): raise RunError(f"{run_dir} holds no submission ({SUBMISSION}): name a folder `sgatlin submit` wrote")
-    return json.loads(f.read_text())
+    try: record = json.loads(f.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunError(f"{f} is not valid JSON ({e}): it was cut short or edited; submit again with a new --run-dir") from None
+    ok = (isinstance(record, dict) and isinstance(record.get('notebook'), str) and isinstance(record.get('tasks'), list)
+          and isinstance(record.get('jobs'), list) and all(isinstance(j, dict) and 'job' in j for j in record['jobs']))
+    if not ok:
+        raise RunError(f"{f} is not a submission `sgatlin submit` wrote (it needs 'notebook', 'tasks' and 'jobs'): "
+                       f"submit again with a new --run-dir")
+    return record
 
 def _array_ids(text: str | None) -> list:
     "The task ids Slurm writes as '3', '0-4%2' (throttled) or '1,3-5'; `[None]` outside an array."
@@ -318,13 +342,21 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
         return record['jobs'][-1]['job'] if record['jobs'] else ''
     if shutil.which('sbatch') is None:
         raise RunError("sbatch is not on PATH: submit from a Slurm login node, or pass --dry-run to print the script")
+    made = [p for p in [*reversed(run_dir.parents), run_dir, *(run_dir / str(i) for i in range(len(tasks)))] if not p.exists()]
     for i in range(len(tasks)): (run_dir / str(i)).mkdir(parents=True, exist_ok=True)
     for name, text in scripts.items(): (run_dir / name).write_text(text)
-    job = _sbatch(run_dir / 'job.sbatch', *array)
+    try: job = _sbatch(run_dir / 'job.sbatch', *array)
+    except RunError:
+        if not record['jobs']:  # a first submission refused: take back what it wrote
+            for name in scripts: (run_dir / name).unlink(missing_ok=True)
+            for p in reversed(made): p.rmdir()
+        raise
     entry = {'job': job, 'tasks': todo, 'array': len(tasks) > 1}
-    if results_param: entry['collect'] = _sbatch(run_dir / 'collect.sbatch', f'--dependency=afterany:{job}')
     record['jobs'].append(entry)
-    (run_dir / SUBMISSION).write_text(json.dumps(record, indent=1) + '\n')
+    try:
+        if results_param: entry['collect'] = _sbatch(run_dir / 'collect.sbatch', f'--dependency=afterany:{job}')
+    finally:  # the job is queued: record it even when the collect job was refused
+        (run_dir / SUBMISSION).write_text(json.dumps(record, indent=1) + '\n')
     if log: log(f"submitted job {job}: {len(todo)} of {len(tasks)} task(s), run folder {run_dir}")
     if wait: wait_run(run_dir, log=log)
     return job

@@ -286,6 +286,7 @@ def _config_error(e: OmegaConfBaseException, where: str) -> ValueError:
     key = e.full_key or ''
     prefix, cls = _section(key)
     fields = ', '.join(f.name for f in dataclasses.fields(cls))
+    if not e.msg: return ValueError(f"{where}: {type(e).__name__} at config key {key!r}; {'a run config' if not prefix else repr(prefix.rstrip('.'))} takes: {fields}")
     if isinstance(e, (ConfigKeyError, ConfigAttributeError)):
         return ValueError(f"{where}: unknown config key {key!r}; {repr(prefix.rstrip('.')) if prefix else 'a run config'} takes: {fields}")
     if isinstance(e, MissingMandatoryValue):
@@ -323,9 +324,24 @@ def _base(config) -> tuple[TrainConfig | type, list, str]:
                          f"`sgatlin config PRESET > FILE.yaml` writes one to edit")
     try: layer = OmegaConf.load(path)
     except Exception as e: raise ValueError(f"{path} is not readable YAML ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+    if layer is None or (OmegaConf.is_dict(layer) and not layer):
+        raise ValueError(f"{path} is empty: a config file holds every key of a run; `sgatlin config PRESET > {path}` writes one to edit")
     if not isinstance(layer, dict) and not OmegaConf.is_dict(layer):
         raise ValueError(f"{path} must hold a mapping of config keys (as `sgatlin config PRESET` prints), not a list")
     return TrainConfig, [layer], str(path)
+
+def _plain(values: dict, where: str, prefix: str = ''):
+    "Refuse what OmegaConf would take but a run cannot: `${...}` interpolations, `???`, a value in place of a section."
+    for k, v in values.items():
+        key = f'{prefix}{k}'
+        if f'{key}.' in CONFIG_SECTIONS:
+            if not isinstance(v, dict):
+                raise ValueError(f"{where}: config key {key!r} is a section, not a value: set the keys inside it, "
+                                 f"e.g. {key}.{dataclasses.fields(CONFIG_SECTIONS[key + '.'])[0].name}=VALUE")
+            _plain(v, where, f'{key}.')
+        elif isinstance(v, str) and ('${' in v or v.strip() == '???'):
+            raise ValueError(f"{where}: config key {key!r} is {v!r}: " + ("interpolations are not read here" if '${' in v
+                             else "a missing value") + f"; give the value itself, e.g. in the YAML file or as {key}=VALUE")
 
 def make_config(config: str | Path | TrainConfig = 'tinystories-cpu',  # a preset name, a YAML file, or a TrainConfig
                 overrides: Iterable[str] | dict = ()  # dotted `key=value` strings, or a dict of dotted keys to values: applied last
@@ -337,17 +353,25 @@ def make_config(config: str | Path | TrainConfig = 'tinystories-cpu',  # a prese
             cli = OmegaConf.create({})
             for k, v in overrides.items(): OmegaConf.update(cli, k, v, force_add=True)
         else: cli = OmegaConf.from_dotlist(list(overrides))
+        for layer in layers: _plain(OmegaConf.to_container(layer, resolve=False), where)
+        _plain(OmegaConf.to_container(cli, resolve=False), 'override')
         merged = OmegaConf.merge(_schema(base), *layers, cli)
         d = OmegaConf.to_container(merged, throw_on_missing=True)
     except OmegaConfBaseException as e: raise _config_error(e, where) from None
     named = _leaves(OmegaConf.to_container(cli))
+    written = named.union(*(_leaves(OmegaConf.to_container(layer)) for layer in layers))  # what the user wrote
     model, ffw = d['model'], d['model']['ffw']
     if 'model.ffw.d_model' not in named: ffw['d_model'] = model['d_model']
     if ffw['kind'] in FFW_KINDS:  # else FFWConfig names the valid kinds
         used = FFW_KINDS[ffw['kind']][2] + ('kind', 'd_model', 'd_ffw', 'dtype')
         for f in dataclasses.fields(FFWConfig):
-            if f.name not in used and f'model.ffw.{f.name}' not in named and f.default is not dataclasses.MISSING:
-                ffw[f.name] = f.default
+            if f.name in used or f.default is dataclasses.MISSING: continue
+            if f'model.ffw.{f.name}' in written and ffw[f.name] != f.default:
+                users = [k for k, spec in FFW_KINDS.items() if f.name in spec[2]]
+                raise ValueError(f"{where}: config key 'model.ffw.{f.name}' = {ffw[f.name]!r} is a setting of kind "
+                                 f"{' and '.join(users)}, not of kind {ffw['kind']!r} (which takes {', '.join(FFW_KINDS[ffw['kind']][2])}): "
+                                 f"remove it, or set model.ffw.kind")
+            ffw[f.name] = f.default
     d['warmup_steps'] = min(d['warmup_steps'], d['steps'])
     return _build(d)
 
@@ -402,15 +426,17 @@ def _first_bytes(texts: Iterable[str], limit: int) -> Iterator[str]:
         n += len(t.encode())
         yield t
 
-def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True):
-    "Tokenizer and packed train/held-out token files for `data` in the run directory `out` (reused if present)."
+def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True, reuse_tokenizer: bool = True):
+    """Tokenizer and packed train/held-out token files for `data` in the run directory `out` (reused if present).
+    `reuse_tokenizer=False` (a run's first start) makes the tokenizer anew even if `out/tokenizer.json` exists: a first
+    start that was interrupted may have left one made with other settings. Token files record their tokenizer's hash."""
     train_src, paired = PAIRED.get(data, (data, None))
     valid_src = (paired or 'hash') if cfg.heldout == 'auto' else cfg.heldout
     corpus = resolve_corpus(train_src)
     whole = tokenized_whole(corpus)
     (t_cap, t_row), (h_cap, h_row) = ((None, None), (None, None)) if whole else run_tokens(cfg)
     tok_path = out / 'tokenizer.json'
-    if tok_path.exists():
+    if tok_path.exists() and reuse_tokenizer:
         tokenizer = load_tokenizer(tok_path)
     elif cfg.tokenizer == 'train':
         texts = read_texts(corpus)
@@ -418,7 +444,9 @@ def prepare_data(cfg: TrainConfig, data: str, out: Path, progress: bool = True):
     else:
         tokenizer = load_tokenizer(cfg.tokenizer)
     out.mkdir(parents=True, exist_ok=True)
-    if not tok_path.exists(): tokenizer.save(str(tok_path))
+    if not (tok_path.exists() and reuse_tokenizer):
+        tokenizer.save(str(tok_path.with_name('tokenizer.json.partial')))
+        os.replace(tok_path.with_name('tokenizer.json.partial'), tok_path)
     (out / 'data').mkdir(exist_ok=True)
     if valid_src == 'hash':  # one pass writes both
         train, valid = tokenize_split(corpus, tokenizer, out / 'data' / 'train.bin', out / 'data' / 'valid.bin',
@@ -674,8 +702,9 @@ def peak_flops(device_kind: str, dtype: str = 'bfloat16') -> float | None:
 # %% ../nbs/06_train.ipynb #422144f1
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
           mesh: Mesh | None = None, wandb_project: str | None = None, stop_at: int | None = None,
-          check_memory: bool = True, profile: tuple[int, int] | None = None) -> dict:
-    "Train `cfg` on corpus `data` into run directory `out` (until step `stop_at`, if given); returns a summary of the run."
+          check_memory: bool = True, profile: tuple[int, int] | None = None, quiet_disk_full: bool = False) -> dict:
+    """Train `cfg` on corpus `data` into run directory `out` (until step `stop_at`, if given); returns a summary of the run.
+    `quiet_disk_full` is for a process that exits on `DiskFull`: stderr then stays silenced (see `DiskFull.stderr_fd`)."""
     out = Path(out)
     nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0)))  # impossible shapes fail here, before any file is written
     if cfg.batch_size % cfg.grad_accum:
@@ -701,7 +730,9 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
         if lock is not None: lock.close()
 
 class DiskFull(RunError):
-    "A checkpoint could not be written: the disk is full."
+    """A checkpoint could not be written: the disk is full. `stderr_fd`, when not 2, is the real standard error: the run
+    left file descriptor 2 pointing at /dev/null (see `train`'s `quiet_disk_full`), so say the error there and exit."""
+    stderr_fd = 2
 
 class held_stderr:
     "Hold what is written to the standard error stream (file descriptor 2, so threads and C++ too) while open; `text` after."
@@ -711,10 +742,17 @@ class held_stderr:
         self._file, self._saved, self.text = tempfile.TemporaryFile(), os.dup(2), ''
         os.dup2(self._file.fileno(), 2)
         return self
+    def silence(self) -> int:
+        "On exit, point file descriptor 2 at /dev/null instead of giving it back; returns a descriptor of the real one."
+        self._silenced = True
+        return self._saved
     def __exit__(self, exc_type, *rest):
         sys.stderr.flush()
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
+        if getattr(self, '_silenced', False):  # the caller writes to the descriptor `silence` gave it, then exits
+            with open(os.devnull, 'w') as null: os.dup2(null.fileno(), 2)
+        else:
+            os.dup2(self._saved, 2)
+            os.close(self._saved)
         self._file.seek(0)
         self.text = self._file.read().decode(errors='replace')
         self._file.close()
@@ -757,7 +795,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
     n_proc, first = jax.process_count(), jax.process_index() == 0
     def prepare():
         resuming = check_run_dir(out, cfg, data, resume)
-        tokenizer, train_tf, valid_tf = prepare_data(cfg, data, out, progress)
+        tokenizer, train_tf, valid_tf = prepare_data(cfg, data, out, progress, reuse_tokenizer=resuming)
         if tokenizer.get_vocab_size() != cfg.model.vocab_size:
             raise RunError(f"the tokenizer has {tokenizer.get_vocab_size()} tokens but model.vocab_size is "
                            f"{cfg.model.vocab_size}: set vocab_size to match the tokenizer")
@@ -823,6 +861,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
         if peak: last['mfu'] = last['flops_per_s'] / (peak * mesh.size)
         if first: log.write(last)
         bar.set_postfix(loss=f'{loss:.3f}', tok_s=f'{rate:,.0f}', **({'mfu': f"{last['mfu']:.1%}"} if peak else {}))
+    real_stderr = [2]
     def save(done):
         read_pending()  # a checkpoint is written only after its step's loss was checked
         t = time.perf_counter()
@@ -834,6 +873,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
                     if first: write_checksums(out, done)
                 except Exception as e:
                     if disk_full(e):  # let its writer threads end while their complaints are still held
+                        if quiet_disk_full: real_stderr[0] = held.silence()  # ... and after: their tracebacks come late
                         with contextlib.suppress(Exception): mgr.close()
                     raise
         except Exception as e:
@@ -845,9 +885,11 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
             good = [s for s in checkpoint_steps(out) if s != done]
             shutil.rmtree(out / 'checkpoints' / str(done), ignore_errors=True)  # never a half-written checkpoint
             logging.getLogger('asyncio').setLevel(logging.CRITICAL)  # its abandoned write tasks would each say so again
-            raise DiskFull(f"the disk holding {out} is full: checkpoint step {done} could not be written. "
+            err = DiskFull(f"the disk holding {out} is full: checkpoint step {done} could not be written. "
                            + (f"The last good checkpoint is step {good[-1]}" if good else "No checkpoint was written yet")
-                           + "; free some space, then run the same command with --resume to continue") from None
+                           + "; free some space, then run the same command with --resume to continue")
+            err.stderr_fd = real_stderr[0]
+            raise err from None
         paused[0] += time.perf_counter() - t
     tracing = False
     try:

@@ -25,7 +25,7 @@ from scipy import stats
 
 from .data import EOT, PAD, read_texts
 from .layers import check_positive
-from .runs import load_run
+from .runs import into_place, load_run, refuse_existing, save_chart
 
 # %% ../nbs/14_usage.ipynb #3ca6041e
 def _flat_indices(indices, d_ffw: int, valid=None):
@@ -305,7 +305,8 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
                  channel: int = 0,                # channel of the coactivation matrix
                  n_neurons: int = 128,            # the coactivation matrix shows neurons 0..n_neurons-1 (> sqrt(d_ffw): all kinds of pair)
                  step: int | None = None,         # checkpoint step (default: latest)
-                 batch_size: int = 32) -> dict:   # sequences per forward pass
+                 batch_size: int = 32,            # sequences per forward pass
+                 overwrite: bool = False) -> dict: # replace these files if `out` holds them already
     "Neuron usage, Gini coefficients and sub-key coactivation of a run's sgatlin layers, written to `out`."
     cfg, tokenizer, graphdef, params, at = load_run(run, step)
     mc = cfg.model
@@ -317,6 +318,9 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
     if not 0 <= channel < mc.ffw.n_channels: raise ValueError(f"channel must be in [0, {mc.ffw.n_channels}), got {channel}")
     if not 1 <= n_neurons <= F: raise ValueError(f"n_neurons must be in [1, d_ffw={F}], got {n_neurons}")
     check_positive(n_stories=n_stories)
+    out = Path(out)
+    files = {n: out / n for n in ('usage.csv', 'sharing.csv', 'coactivation.csv', 'usage.png', 'usage.html', 'summary.json')}
+    refuse_existing(files.values(), overwrite, 'sgatlin usage')
     texts = list(read_texts(data))
     if n_stories > len(texts): raise ValueError(f"n_stories must be at most {len(texts)} (documents in {data}), got {n_stories}")
     chosen = np.random.default_rng(seed).choice(len(texts), n_stories, replace=False)
@@ -325,13 +329,13 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
     usage = usage_table(indices, tokens, valid, F)
     co = coactivation(indices[layer], F, range(n_neurons), channel, valid)
     shares = sharing_table(indices, F, valid, seed)
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
-    usage.to_csv(out / 'usage.csv', index=False)
-    shares.to_csv(out / 'sharing.csv', index=False)
-    pd.DataFrame(co.conditional, index=co.neurons, columns=co.neurons).to_csv(out / 'coactivation.csv')
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table, index in (('usage.csv', usage, False), ('sharing.csv', shares, False),
+                               ('coactivation.csv', pd.DataFrame(co.conditional, index=co.neurons, columns=co.neurons), True)):
+        with into_place(files[name]) as tmp: table.to_csv(tmp, index=index)
     chart = figure8(co, usage, indices, F, first_occurrences(tokens, valid))
-    chart.save(out / 'usage.png', scale_factor=2)
-    chart.save(out / 'usage.html', inline=True)
+    save_chart(chart, files['usage.png'])
+    save_chart(chart, files['usage.html'])
     summary = {'run': str(run), 'step': at, 'data': data, 'n_stories': n_stories, 'tokens': int(valid.sum()),
                'distinct tokens': int(usage['distinct tokens'].iloc[0]),
                'fraction used': float(usage['fraction used'].mean()), 'gini': float(usage['gini'].mean()),
@@ -342,5 +346,5 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
                'coactivation layer': layer, 'coactivation channel': channel,
                'sharing ratio': float(shares['sharing ratio'].mean()),  # whole channels, all layers
                'mean coactivation': sharing_summary(co, F)['mean coactivation'].to_dict()}
-    (out / 'summary.json').write_text(json.dumps(summary, indent=1))
+    with into_place(files['summary.json']) as tmp: tmp.write_text(json.dumps(summary, indent=1))
     return summary

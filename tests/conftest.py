@@ -9,6 +9,36 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+CHROMIUM = os.environ.get("SGATLIN_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("SGATLIN_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+def start_chromium(profile_dir, width: int = 1280):
+    """Headless Chromium from Debian's packages, driven by its chromedriver, with the network cut off; the page's
+    uncaught errors collect in `window.__pageErrors`. Fails (never skips) when Chromium is missing."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    for exe, pkg, var in ((CHROMIUM, "chromium", "SGATLIN_CHROMIUM"), (CHROMEDRIVER, "chromium-driver", "SGATLIN_CHROMEDRIVER")):
+        if not os.access(exe, os.X_OK):
+            pytest.fail(f"no {pkg} at {exe}: apt-get install {pkg} (scripts/test.sh does) or set {var}")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                "--host-resolver-rules=MAP * ~NOTFOUND",  # offline, like CI: a page that needs a CDN fails here
+                f"--user-data-dir={profile_dir}"):
+        opts.add_argument(arg)
+    # An explicit driver path: Selenium Manager stays out of it and downloads nothing.
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    driver.set_script_timeout(120)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.__pageErrors = [];
+        addEventListener('error', e => __pageErrors.push(String(e.error?.stack ?? e.message)));
+        addEventListener('unhandledrejection', e => __pageErrors.push(String(e.reason?.stack ?? e.reason)));"""})
+    return driver
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     d = os.environ.get("SGATLIN_DATA_DIR") or str(ROOT.parent / "shared" / "data")

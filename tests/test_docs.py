@@ -50,14 +50,12 @@ from nbconvert.preprocessors import TagRemovePreprocessor
 from nbdev.config import get_config
 from nbdev.test import nb_test_cells
 from PIL import Image
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+
+from conftest import start_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (ROOT / "nbs").glob("*.ipynb"))
 SHOTS = ROOT / "build" / "docs_screenshots"
-CHROMIUM = os.environ.get("SGATLIN_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("SGATLIN_CHROMEDRIVER", "/usr/bin/chromedriver")
 WIDTH = 1280
 # MathJax 2 as nbconvert's template configures it, loaded from the package instead of a CDN.
 MATHJAX_URL = (Path(jupyter_server_mathjax.__file__).parent / "static" / "MathJax.js").as_uri() + "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
@@ -100,25 +98,7 @@ def processed_nbs(executed_nbs, request) -> Path:
 
 @pytest.fixture(scope="session")
 def browser(tmp_path_factory):
-    for exe, pkg, var in ((CHROMIUM, "chromium", "SGATLIN_CHROMIUM"), (CHROMEDRIVER, "chromium-driver", "SGATLIN_CHROMEDRIVER")):
-        if not os.access(exe, os.X_OK):
-            pytest.fail(f"no {pkg} at {exe}: apt-get install {pkg} (scripts/test.sh does) or set {var}")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-                "--host-resolver-rules=MAP * ~NOTFOUND",  # offline, like CI: a page that needs a CDN fails here
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium_profile')}"):
-        opts.add_argument(arg)
-    # An explicit driver path: Selenium Manager stays out of it and downloads nothing.
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    driver.set_script_timeout(120)
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": WIDTH, "height": 900, "deviceScaleFactor": 1, "mobile": False})
-    # Uncaught errors of the page's own scripts, recorded from the first script on.
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        window.__pageErrors = [];
-        addEventListener('error', e => __pageErrors.push(String(e.error?.stack ?? e.message)));
-        addEventListener('unhandledrejection', e => __pageErrors.push(String(e.reason?.stack ?? e.reason)));"""})
+    driver = start_chromium(tmp_path_factory.mktemp('chromium_profile'), width=WIDTH)
     yield driver
     driver.quit()
 

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+from conftest import start_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "build" / "pages_screenshots"
-CHROMIUM = os.environ.get("SGATLIN_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("SGATLIN_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
 @pytest.fixture(scope="module")
@@ -37,20 +35,7 @@ def site(tmp_path_factory, data_dir):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    for exe, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
-        if not os.access(exe, os.X_OK):
-            pytest.fail(f"no {pkg} at {exe}: apt-get install {pkg} (scripts/test.sh does)")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND",  # offline
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium_profile')}"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        window.__pageErrors = [];
-        addEventListener('error', e => __pageErrors.push(String(e.error?.stack ?? e.message)));"""})
+    driver = start_chromium(tmp_path_factory.mktemp('chromium_profile'))
     yield driver
     driver.quit()
 

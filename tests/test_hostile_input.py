@@ -1,0 +1,235 @@
+"""Corpus text never runs as code, no command replaces a file it did not make, and the newer commands' bad inputs each
+end in one line (issue 38).
+
+Every case here failed on the code before the fix: the script injection ran its handler in Chromium, the overwrites
+replaced or deleted the user's files, and the bad inputs gave tracebacks, silent acceptance or a wrong hint. The
+commands run in this process (`main([...])`, as `sgatlin` runs them, without a start-up per case) on the committed
+reference model; each refusal must return 2, print one `sgatlin COMMAND: error:` line holding the file or key, and
+leave the folder it was pointed at byte-identical (`snapshot`).
+"""
+import dataclasses
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, snapshot, start_chromium
+from sgatlin_nb.cli import main
+from sgatlin_nb.reference import reference_run
+
+PAYLOAD = '</script><img src=x onerror=document.title=/owned/.source>'  # no quotes: JSON would escape them
+
+
+def _refused(capsys, argv, *needles) -> str:
+    "`sgatlin ARGV` returned 2 with one error line holding each needle."
+    status = main(argv)
+    err = capsys.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"sgatlin {argv[0]}: error: "), (status, err[-2000:])
+    for n in needles: assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+# ---- corpus text in the HTML charts ----
+
+@pytest.fixture(scope="module")
+def hostile_db(tmp_path_factory, data_dir):
+    "A circuit database of the reference model over 16 TinyStories stories with the payload after every sentence."
+    from sgatlin_nb.record import record_run
+    tmp = tmp_path_factory.mktemp("hostile")
+    stories = (data_dir / "tinystories" / "valid_head_1000.txt").read_text().split("<|endoftext|>")
+    stories = [s.strip() for s in stories if len(s.strip()) > 200][:16]
+    assert len(stories) == 16
+    corpus = tmp / "hostile.jsonl"
+    corpus.write_text("".join(json.dumps({"text": re.sub(r"\. ", ". " + PAYLOAD + " ", s)}) + "\n" for s in stories))
+    return record_run(reference_run(), tmp / "db", data=str(corpus), n_docs=None, progress=False), tmp
+
+
+def _spec(html: str) -> tuple[str, dict]:
+    "The chart spec as written in the page (raw JSON text) and as JavaScript reads it."
+    raw = re.search(r"(?:var|const|let) spec = (\{.*?\});\n", html, re.S).group(1)
+    return raw, json.loads(raw)
+
+
+def test_chart_pages_keep_corpus_text_as_text_in_chromium(hostile_db, tmp_path):
+    from sgatlin_nb.embedding import write_map
+    from sgatlin_nb.neighbours import write_neighbours
+    db, _ = hostile_db
+    pages = {"neighbours": write_neighbours("Once upon a time, there was a little girl. She was happy.", tmp_path / "nb",
+                                            run=reference_run(), db=db.path, layer=1, width=40, png=False, progress=False)["html"],
+             "map": write_map(db, tmp_path / "map", n_top=40, layers=[0], n_epochs=5, png=False, progress=False)["html"]}
+    neighbours_raw, neighbours_spec = _spec(pages["neighbours"].read_text())
+    contexts = [r.get("context", "") for rows in neighbours_spec["datasets"].values() for r in rows]
+    assert any(PAYLOAD in c for c in contexts), contexts[:3]  # the attack reached the page: the test can fail
+    map_raw, map_spec = _spec(pages["map"].read_text())
+    assert any("<" in r.get("token", "") for rows in map_spec["datasets"].values() for r in rows)
+    driver = start_chromium(tmp_path / "profile")
+    try:
+        for name, page in pages.items():
+            driver.get(page.as_uri())
+            assert driver.execute_script("return document.images.length") == 0, name  # no <img> came out of the data
+            assert driver.title != "owned", name
+        driver.get(pages["neighbours"].as_uri())  # its scripts are inline: the chart itself draws offline
+        drawn = driver.execute_async_script("""const done = arguments[0];
+            const t0 = Date.now(), poll = () => document.querySelector('#vis canvas, #vis svg, canvas, svg')
+                ? done(true) : Date.now() - t0 > 30000 ? done(false) : setTimeout(poll, 100); poll();""")
+        assert drawn and driver.execute_script("return window.__pageErrors") == []
+    finally:
+        driver.quit()
+    for raw in (neighbours_raw, map_raw):
+        assert "<" not in raw and ">" not in raw  # written as \u003c and \u003e
+
+
+def test_every_chart_is_saved_through_save_chart():
+    "A new HTML writer cannot bypass the escaping: the package saves Altair charts only in `runs.save_chart`."
+    calls = [f"{p.name}: {line.strip()}" for p in sorted((ROOT / "sgatlin_nb").glob("*.py"))
+             for line in p.read_text().splitlines()
+             if re.search(r"\.save\(", line) and not re.search(r"mgr\.save|tokenizer|\bsave\(tensors", line)]
+    assert calls == ["runs.py: if fmt == 'html': chart.save(str(tmp), format='html', inline=inline, json_kwds={'cls': ScriptSafeJSON})",
+                     "runs.py: else: chart.save(str(tmp), format='png', scale_factor=scale_factor)"], calls
+
+
+# ---- nothing replaced or deleted unasked ----
+
+def test_analyses_refuse_to_replace_files(hostile_db, tmp_path, capsys, monkeypatch):
+    db, _ = hostile_db
+    run = str(reference_run())
+    monkeypatch.chdir(tmp_path)
+    cases = {"neuron": (["neuron", "--run", run, "--db", str(db.path), "--layer", "0", "--channel", "0", "--neuron", "0",
+                         "--out", "mine/run.json", "--quiet"], ["run.json"]),
+             "usage": (["usage", "--run", run, "--out", "mine", "--n-stories", "4"], ["usage.csv"]),
+             "neighbours": (["neighbours", "A cat.", "--run", run, "--db", str(db.path), "--out", "mine", "--quiet"],
+                            ["neighbours.html"]),
+             "patch": (["patch", "--run", run, "--out", "mine", "--nouns", "paper", "--n-boot", "10"], ["nie.csv"]),
+             "map": (["map", "--db", str(db.path), "--out", "mine", "--n-epochs", "5", "--quiet"], ["points.csv"])}
+    for name, (argv, files) in cases.items():
+        shutil.rmtree("mine", ignore_errors=True)
+        Path("mine").mkdir()
+        for f in files: Path("mine", f).write_text(f"the user's own {f}\n")
+        before = snapshot("mine")
+        _refused(capsys, argv, f"mine/{files[0]} already exists", "--overwrite")
+        assert snapshot("mine") == before, name
+    # pages removes a leftover OUT.partial only when it began it (its mark is inside)
+    Path("site.partial").mkdir()
+    Path("site.partial", "notes.txt").write_text("not a site\n")
+    _refused(capsys, ["pages", "--run", run, "--db", str(db.path), "--out", "site", "--per-layer", "1", "--quiet"],
+             "site.partial exists and is not a site this command began")
+    assert Path("site.partial", "notes.txt").read_text() == "not a site\n" and not Path("site").exists()
+
+
+def test_submit_refused_by_sbatch_leaves_nothing(tmp_path, capsys, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: gpu' >&2\nexit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    run_dir = tmp_path / "runs" / "iso"
+    _refused(capsys, ["submit", str(ROOT / "nbs" / "07_scaling.ipynb"), "-p", "run_full=True", "--partition", "gpu",
+                      "--run-dir", str(run_dir)], "sbatch refused", "invalid partition")
+    assert not (tmp_path / "runs").exists()  # the folders it made, and only those, are gone
+
+
+# ---- one line for every bad input ----
+
+def test_bad_configs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("empty.yaml").write_text("")
+    assert main(["config", "test-tiny"]) == 0
+    full = capsys.readouterr().out
+    Path("moe_key.yaml").write_text(full.replace("top_k: 2", "top_k: 3"))
+    Path("missing.yaml").write_text(full.replace("steps: 30", "steps: ???"))
+    Path("interp.yaml").write_text(full.replace("fsdp: false", "fsdp: ${steps}"))
+    for argv, needles in [(["empty.yaml"], ["empty.yaml is empty", "sgatlin config PRESET >"]),
+                          (["missing.yaml"], ["'steps' is '???'"]),
+                          (["moe_key.yaml"], ["'model.ffw.top_k' = 3 is a setting of kind moe", "not of kind 'sgatlin'"]),
+                          (["interp.yaml"], ["'fsdp' is '${steps}'", "interpolations are not read"]),
+                          (["test-tiny", "steps=${batch_size}"], ["'steps' is '${batch_size}'"]),
+                          (["test-tiny", "steps=???"], ["'steps' is '???'"]),
+                          (["test-tiny", "model=3"], ["'model' is a section, not a value"]),
+                          (["test-tiny", "model.ffw=[1,2]"], ["'model.ffw' is a section"])]:
+        _refused(capsys, ["config", *argv], *needles)
+    assert main(["config", "test-tiny", "model.ffw.kind=moe", "model.ffw.top_k=3"]) == 0  # a MoE key under kind moe
+    assert "top_k: 3" in capsys.readouterr().out
+
+
+def test_export_sample_runs_and_status_name_the_bad_file(tmp_path, capsys):
+    run = reference_run()
+    _refused(capsys, ["export", "--run", str(run), "--out", str(tmp_path / "x"), "--dtype", "bogus"], "--dtype takes float32")
+    _refused(capsys, ["export", "--run", str(run), "--out", str(tmp_path / "x"), "--dtype", "float64"], "got 'float64'")
+    assert not (tmp_path / "x").exists()
+    edited = Path(shutil.copytree(run, tmp_path / "runs" / "edited"))
+    meta = json.loads((edited / "config.json").read_text())
+    del meta["model"]["d_model"]
+    (edited / "config.json").write_text(json.dumps(meta))
+    shutil.copytree(run, tmp_path / "runs" / "good")
+    _refused(capsys, ["sample", "--run", str(edited)], f"{edited / 'config.json'}", "export the run again")
+    assert main(["runs", "--root", str(tmp_path / "runs")]) == 0  # the good folder is listed, the edited one flagged
+    out = capsys.readouterr().out
+    assert re.search(r"runs/good +\S+ +sgatlin ", out) and re.search(r"runs/edited .*unreadable: ", out), out
+    for text, needle in (("[]", "is not a submission `sgatlin submit` wrote"), ('{"notebook": "x.ip', "is not valid JSON")):
+        d = tmp_path / f"sub{len(text)}"
+        d.mkdir()
+        (d / "submission.json").write_text(text)
+        _refused(capsys, ["status", str(d)], f"{d / 'submission.json'}", needle)
+    _refused(capsys, ["submit", str(ROOT / "nbs" / "07_scaling.ipynb"), "--dry-run", "--time", "00:05:00", "--signal-s", "300"],
+             "--signal-s 300 must be shorter than --time 00:05:00")
+
+
+def test_damaged_parquet_is_one_line_for_pages_and_neuron(hostile_db, tmp_path, capsys):
+    db, _ = hostile_db
+    damaged = Path(shutil.copytree(db.path, tmp_path / "db"))
+    f = damaged / "gates_layer0.parquet"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    run = str(reference_run())
+    _refused(capsys, ["neuron", "--run", run, "--db", str(damaged), "--layer", "0", "--channel", "0", "--neuron", "0",
+                      "--out", str(tmp_path / "n.html"), "--quiet"], f"the circuit database {damaged} cannot be read",
+             "sgatlin record")
+    _refused(capsys, ["pages", "--run", run, "--db", str(damaged), "--out", str(tmp_path / "site"), "--quiet"],
+             "cannot be read")
+    assert not (tmp_path / "n.html").exists() and not (tmp_path / "site").exists() and not (tmp_path / "site.partial").exists()
+
+
+def test_a_checkpoint_rotated_out_while_read_is_not_damage(data_dir, tmp_path, monkeypatch):
+    """`eval` reads the newest checkpoint while the trainer saves a newer one and removes it: the reader lists the
+    checkpoints again and reads the newer one, instead of calling the removed one damaged."""
+    import sgatlin_nb.runs as runs
+    from sgatlin_nb.train import PRESETS, train
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    cfg = PRESETS["test-tiny"]
+    train(dataclasses.replace(cfg, steps=20), "tinystories", tmp_path / "run", progress=False)
+    real, calls = runs.read_params, []
+    def rotating(run, step, params):  # the trainer, between the listing and the read: step 30 saved, step 20 removed
+        if not calls:
+            shutil.copytree(Path(run) / "checkpoints" / "20", Path(run) / "checkpoints" / "30")
+            shutil.copy(Path(run) / "checksums" / "20.json", Path(run) / "checksums" / "30.json")
+            shutil.rmtree(Path(run) / "checkpoints" / "20")
+        calls.append(step)
+        return real(run, step, params)
+    monkeypatch.setattr(runs, "read_params", rotating)
+    *_, at = runs.load_run(tmp_path / "run")
+    assert (calls, at) == ([20, 30], 30)
+
+
+def test_what_interrupted_runs_leave_behind(data_dir, tmp_path, capsys, monkeypatch):
+    """A tokenizer.json left by a first start with other settings is made anew, not reused with a `set vocab_size` hint;
+    a metrics line a killed run was writing is not damage, and a damaged one is named (file and line) by `sgatlin runs`."""
+    from sgatlin_nb.runs import read_metrics
+    from sgatlin_nb.data import train_tokenizer
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    out = tmp_path / "run"
+    out.mkdir()
+    texts = (data_dir / "tinystories" / "valid_head_1000.txt").read_text().split("<|endoftext|>")[:200]
+    train_tokenizer(texts, vocab_size=512).save(str(out / "tokenizer.json"))  # as `tokenizer=train vocab_size=512` left it
+    assert main(["train", "--config", "test-tiny", "--data", "tinystories", "--out", str(out), "--steps", "2", "--quiet"]) == 0
+    assert len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) == 8192
+    log = out / "metrics.jsonl"
+    n = len(read_metrics(out))
+    with open(log, "a") as f: f.write('{"step": 3, "lo')  # the line a killed run was writing
+    assert len(read_metrics(out)) == n
+    log.write_text('{"step": 1}\nnot json\n' + log.read_text())
+    capsys.readouterr()
+    assert main(["runs", "--root", str(tmp_path)]) == 0
+    assert f"unreadable: {log} line 2 is not valid JSON" in capsys.readouterr().out
