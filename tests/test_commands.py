@@ -289,6 +289,55 @@ def test_usage_layer_channel(try_run, tmp_path, capsys):
         assert message in _one_error_line(capsys, 'usage')
 
 
+def test_step_seed_and_size_options(try_run, tmp_path, capsys):
+    """--step, --seed and the size options each change what a command reads or writes: sample, export, record, usage,
+    neuron and pages, on the `train` example's run (checkpoints 10, 20 and 30)."""
+    from sgatlin_nb.record import CircuitDB
+    from sgatlin_nb.runs import exported
+    def out(argv):
+        assert main(argv) == 0, argv
+        return capsys.readouterr().out
+    base = ['sample', '--run', 'runs/try', '--n-tokens', '12']
+    latest, at20 = out(base + ['--seed', '1']), out(base + ['--seed', '1', '--step', '20'])
+    assert latest == out(base + ['--seed', '1']) and at20 != latest  # the same seed repeats; another step differs
+    assert out(base + ['--seed', '2']) != latest
+    for name, extra in (('x20', ['--dtype', 'bfloat16']), ('x20f', [])):
+        assert main(['export', '--run', 'runs/try', '--out', str(tmp_path / name), '--step', '20', *extra]) == 0
+    size = lambda name: (tmp_path / name / 'model.safetensors').stat().st_size
+    assert exported(tmp_path / 'x20')['step'] == 20 and size('x20') < 0.6 * size('x20f')  # bfloat16: half the bytes
+    rec = ['record', '--run', 'runs/try', '--n-docs', '6', '--quiet']
+    out(rec + ['--out', str(tmp_path / 'a'), '--seed', '1', '--step', '20', '--batch-size', '4'])
+    out(rec + ['--out', str(tmp_path / 'b'), '--seed', '2'])
+    a, b = CircuitDB(tmp_path / 'a'), CircuitDB(tmp_path / 'b')
+    assert (a.manifest['checkpoint_step'], b.manifest['checkpoint_step']) == (20, 30)
+    assert a.documents.text.tolist() != b.documents.text.tolist()  # another seed, other stories
+    use = ['usage', '--run', 'runs/try', '--n-stories', '6', '--n-neurons', '16']
+    for d, extra in (('u1', ['--seed', '1', '--step', '20']), ('u2', ['--seed', '2', '--step', '20']), ('u3', ['--seed', '1'])):
+        out(use + ['--out', str(tmp_path / d), *extra])
+    steps = [json.loads((tmp_path / f'{d}/summary.json').read_text())['step'] for d in ('u1', 'u2', 'u3')]
+    table = lambda d: (tmp_path / d / 'coactivation.csv').read_text()
+    assert steps == [20, 20, 30] and table('u1') != table('u2') and table('u1') != table('u3')  # the seed and the step count
+    top = int(np.bincount(CircuitDB('runs/try/circuits').gates(0)[0][:, 1].ravel()).argmax())  # channel 1's most-firing neuron
+    neuron = ['neuron', '--run', 'runs/try', '--db', 'runs/try/circuits', '--layer', '0', '--channel', '1', '--neuron', str(top), '--quiet']
+    out(neuron + ['--out', str(tmp_path / 'n3.html'), '--contexts', '3', '--width', '2'])
+    out(neuron + ['--out', str(tmp_path / 'n6.html'), '--contexts', '6', '--width', '5'])
+    n3, n6 = ((tmp_path / f).read_text() for f in ('n3.html', 'n6.html'))
+    shown = lambda html: int(re.search(r'The (\d+) recorded tokens with the largest gate score', html).group(1))
+    assert (shown(n3), shown(n6)) == (3, 6) and n3 != n6  # --contexts; --width changes the contexts' text
+    assert main(neuron[:5] + ['--neuron', str(top), '--out', str(tmp_path / 'n.html')]) == 2  # no --layer, no --channel
+    assert 'name the neuron: --layer, --channel' in _one_error_line(capsys, 'neuron')
+    pages = ['pages', '--run', 'runs/try', '--db', 'runs/try/circuits', '--quiet', '--out', str(tmp_path / 'site')]
+    out(pages + ['--per-layer', '0', '--max-circuits', '2', '--width', '3'])
+    site = json.loads((tmp_path / 'site/site.json').read_text())
+    idx = CircuitDB('runs/try/circuits').gates(0)[0]  # [tokens, channels, k]; the run has one layer
+    fired = {(c, int(i)) for c in range(idx.shape[1]) for i in np.unique(idx[:, c])}
+    assert site['neuron_pages'] == len(fired) and site['circuit_pages'] == 2, site  # 0: every neuron that fires
+    assert main(pages + ['--per-layer', '2']) == 2 and 'is not empty' in _one_error_line(capsys, 'pages')
+    out(pages + ['--per-layer', '2', '--overwrite'])
+    assert json.loads((tmp_path / 'site/site.json').read_text())['neuron_pages'] == 2
+    assert main(['status', str(tmp_path)]) == 2 and 'holds no submission (submission.json)' in _one_error_line(capsys, 'status')
+
+
 def test_train_fsdp_batch_size_from_the_shell(tmp_path, data_dir):
     from sgatlin_nb.train import PRESETS
     res = run_sgatlin(['train', '--config', 'test-tiny', '--out', 'runs/fsdp', '--steps', '2', '--batch-size', '4',
@@ -311,6 +360,16 @@ def test_train_fsdp_batch_size_from_the_shell(tmp_path, data_dir):
     shardings = [json.loads(s) for s in json.loads((run / 'checkpoints/2/default/_sharding').read_text()).values()]
     assert all(len(s['device_mesh']['mesh']) == 2 for s in shardings)
     assert any('data' in s['partition_spec'] for s in shardings)
+
+
+def test_train_wandb_without_the_extra_writes_nothing(tmp_path, capsys, monkeypatch):
+    "Without the wandb package, `--wandb` is refused before the run folder, its token files or run.json exist."
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert main(["train", "--config", "test-tiny", "--out", str(tmp_path / "run"), "--wandb", "proj", "--quiet"]) == 2
+    assert "--wandb needs the wandb package" in _one_error_line(capsys, "train")
+    assert not (tmp_path / "run").exists()
 
 
 def test_runs_on_an_empty_folder(tmp_path, capsys):
@@ -353,7 +412,8 @@ def shown_commands() -> list[tuple[str, list[str]]]:
             for line in span.splitlines():
                 try:
                     words = shlex.split(line)
-                except ValueError:
+                except ValueError:  # a shown command nobody could paste is a failure, not a line to skip
+                    if re.search(r"\bsgatlin\s+[a-z]", line): found.append((where, ['<unparsable>', line]))
                     continue
                 for i, w in enumerate(words):
                     if Path(w).name == 'sgatlin' and i + 1 < len(words) and re.fullmatch(r'[a-z]+', words[i + 1]):

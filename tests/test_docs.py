@@ -410,3 +410,31 @@ def test_processing_documents_every_export(processed_nbs):
         if any(re.match(r"#\|\s*export", c.source) for c in src.cells if c.cell_type == "code"):
             docs = [c for c in proc.cells if c.cell_type == "code" and "show_doc(" in (c.get("source") or "") and c.get("outputs")]
             assert docs, f"_proc/{name}: no show_doc output for its exported symbols"
+
+
+def _anchor(heading: str) -> str:
+    "The id Pandoc (so Quarto) gives a heading: formatting dropped, then only letters, digits, `_-.`, spaces as hyphens."
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link keeps its text
+    text = re.sub(r"[^\w\s.-]", "", text.replace("`", "").replace("*", "")).strip().lower()
+    text = re.sub(r"\s+", "-", text)
+    return re.sub(r"^[^a-z]+", "", text) or "section"
+
+
+def test_links_between_pages_resolve():
+    "Every link from one page to another (`NAME.ipynb`, `NAME.ipynb#anchor`, `#anchor`) names a page and a heading that exist."
+    pages = {name: nbformat.read(ROOT / "nbs" / name, as_version=4) for name in NOTEBOOKS}
+    anchors = {name: {_anchor(line.lstrip("#")) for c in nb.cells if c.cell_type == "markdown"
+                      for line in c.source.splitlines() if re.match(r"#{1,6} ", line)} for name, nb in pages.items()}
+    links, broken = 0, []
+    for name, nb in pages.items():
+        for c in nb.cells:
+            if c.cell_type != "markdown": continue
+            for target in re.findall(r"\]\(([^)\s]+)\)", c.source):
+                if re.match(r"[a-z]+:", target): continue  # another site
+                links += 1
+                page, _, anchor = target.partition("#")
+                page = page or name
+                if page not in pages: broken.append(f"{name}: {target} (no page {page})")
+                elif anchor and anchor not in anchors[page]: broken.append(f"{name}: {target} (no heading #{anchor} in {page})")
+    print(f"{links} links between pages checked")
+    assert links > 100 and not broken, broken

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from selenium.webdriver.common.by import By
 
 from conftest import start_chromium
@@ -47,6 +48,8 @@ def _shot(driver, name: str) -> Path:
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": min(height, 4000), "deviceScaleFactor": 1, "mobile": False})
     path = SHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
+    pixels = np.asarray(Image.open(path).convert("L"))
+    assert pixels.std() > 10, f"{path} is blank"  # a page that rendered nothing is one colour
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
     print(f"screenshot: {path}")
     return path
@@ -59,7 +62,8 @@ def _visible_rows(driver) -> list:
 def test_site_in_chromium(site, browser):
     out, db, summary = site
     assert summary["neuron_pages"] == 4 * db.n_layers and summary["circuit_pages"] > 0
-    assert json.loads((out / "site.json").read_text())["bytes"] == summary["bytes"]
+    html = sorted(out.rglob("*.html"))
+    assert json.loads((out / "site.json").read_text())["bytes"] == sum(f.stat().st_size for f in html)  # the files, summed
     for page in out.rglob("*.html"):  # self-contained: nothing is fetched from the network
         assert not re.search(r'(src|href)="(https?:)?//', page.read_text()), page
 
@@ -76,6 +80,7 @@ def test_site_in_chromium(site, browser):
     query = " ".join(name)
     box = browser.find_element(By.ID, "search")
     box.send_keys(query)
+    assert browser.execute_script("return window.__pageErrors") == []
     shown = _visible_rows(browser)
     assert [r.text for r in shown] == [t for t in texts if query.lower() in t.lower()] and 1 <= len(shown) < 4, query
     assert browser.find_element(By.ID, "shown").text == f"{len(shown)} of 4 neurons"
@@ -84,11 +89,17 @@ def test_site_in_chromium(site, browser):
     box.send_keys(" ")  # an input event with an empty query shows every row again
     assert len(_visible_rows(browser)) == 4
     fires = lambda: [int(r.find_elements(By.TAG_NAME, "td")[5].text.replace(",", "")) for r in _visible_rows(browser)]
+    shown_first = fires()
+    assert shown_first == sorted(shown_first, reverse=True)  # most-firing first, as the page says
+    ranks = lambda: [int(r.find_elements(By.TAG_NAME, "td")[0].text) for r in _visible_rows(browser)]
+    browser.find_element(By.XPATH, "//th[text()='rank']").click()  # another order first, so the next click must change it
+    assert ranks() == [4, 3, 2, 1] and fires() == shown_first[::-1] != shown_first
     heading = browser.find_element(By.XPATH, "//th[text()='fires']")
     heading.click()
-    assert fires() == sorted(fires(), reverse=True)
+    assert fires() == shown_first
     heading.click()
-    assert fires() == sorted(fires())
+    assert fires() == sorted(shown_first)
+    assert browser.execute_script("return window.__pageErrors") == []  # searching and sorting raised nothing
 
     # a neuron page: its firing rate against a plain loop over the recorded gates
     browser.find_element(By.LINK_TEXT, " ".join(name)).click()
