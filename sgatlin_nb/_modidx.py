@@ -534,6 +534,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs.checkpoint_damage': ('runs.html#checkpoint_damage', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.checkpoint_manager': ('runs.html#checkpoint_manager', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.checkpoint_steps': ('runs.html#checkpoint_steps', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs.code_identity': ('runs.html#code_identity', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.config_differences': ('runs.html#config_differences', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.export_config': ('runs.html#export_config', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.export_run': ('runs.html#export_run', 'sgatlin_nb/runs.py'),

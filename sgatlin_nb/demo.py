@@ -42,7 +42,7 @@ from .embedding import circuit_map, map_chart, token_label
 from .record import CircuitDB, record_run
 from .reference import REFERENCE_DIR, check_reference
 from .train import PAIRED, PRESETS, make_config, sample_text, train
-from .runs import RunError, TrainConfig, load_run, one_line, read_metrics, save_chart
+from .runs import RunError, TrainConfig, code_identity, load_run, one_line, read_metrics, save_chart
 from .usage import usage_report
 
 # %% ../nbs/16_demo.ipynb #816347ac
@@ -378,7 +378,7 @@ def run_demo(out: str | Path = 'runs/demo',  # run directory (created; a later r
         ran[name] = redo
         log(status_line(i, name, state['stages'][name], redo))
     st = state['stages']
-    summary = {'settings': settings, 'package_version': __version__, 'out': str(out),
+    summary = {'settings': settings, 'package_version': __version__, 'code': code_identity(), 'out': str(out),
                'numbers': {'eval_loss': st['train']['eval_loss'], 'eval_ppl': st['train']['eval_ppl'],
                            'unigram_loss': st['train']['unigram_loss'], 'unigram_ppl': st['train']['unigram_ppl'],
                            'train_loss': st['train']['train_loss'], 'tokens_per_s': st['train']['tokens_per_s'],

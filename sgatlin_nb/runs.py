@@ -6,8 +6,8 @@
 __all__ = ['EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'RunError', 'one_line', 'config_differences',
            'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums',
            'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog', 'read_metrics',
-           'load_run', 'read_params', 'exported', 'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON',
-           'refuse_existing', 'into_place', 'save_chart']
+           'code_identity', 'load_run', 'read_params', 'exported', 'export_run', 'export_config', 'list_runs',
+           'ScriptSafeJSON', 'refuse_existing', 'into_place', 'save_chart']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -245,6 +245,18 @@ def read_metrics(out: str | Path) -> list[dict]:
             if i == len(lines) and not text.endswith('\n'): break  # a line a killed process was writing: not damage
             raise RunError(f"{p} line {i} is not valid JSON ({e}): the metrics log was edited or damaged") from None
     return records
+
+# %% ../nbs/06a_runs.ipynb #6c0de002
+def code_identity(folder: str | Path | None = None) -> str:
+    "`src-` and the first 12 hex digits of the SHA-256 of the package's `.py` files (default: this installed package), by name."
+    import sgatlin_nb
+    folder = Path(folder) if folder is not None else Path(sgatlin_nb.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(folder.glob('*.py')):
+        if f.name == '_modidx.py': continue  # nbdev's index of the docs, not code
+        h.update(f.name.encode() + b'\0' + f.read_bytes() + b'\0')
+    return 'src-' + h.hexdigest()[:12]
+
 
 # %% ../nbs/06a_runs.ipynb #24528547
 def load_run(run: str | Path, step: int | None = None):

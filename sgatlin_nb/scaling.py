@@ -33,7 +33,7 @@ from .data import read_texts, train_tokenizer
 from .layers import check_positive
 from .model import ModelConfig, config_params
 from .train import PAIRED, config_yaml, make_config, train
-from .runs import RunError, TrainConfig, read_metrics
+from .runs import RunError, TrainConfig, code_identity, read_metrics
 
 # %% ../nbs/07_scaling.ipynb #20297b91
 LADDER_KINDS = ('mlp', 'swiglu', 'moe', 'peer', 'sgatlin')
@@ -262,7 +262,7 @@ def corpus_tokenizer(corpus: str, vocab_size: int, folder: str | Path) -> Path:
 def run_point(point: Point, protocol: Protocol, out: str | Path, tokenizer: str | Path | None = None) -> dict:
     "Train `point` into the run directory `out` (resuming it if it is there) and return its record."
     cfg = protocol.config(point)
-    made = {'config': _json(cfg.to_dict()), 'package_version': __version__}  # what `stale_runs` checks the record against
+    made = {'config': _json(cfg.to_dict()), 'package_version': __version__, 'code': code_identity()}  # `stale_runs` checks `config`
     if tokenizer is not None: cfg = dataclasses.replace(cfg, tokenizer=str(tokenizer))
     m = cfg.model
     flops = {acc: protocol.flops_per_token(m, acc) for acc in ACCOUNTINGS}

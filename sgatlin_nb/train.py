@@ -51,7 +51,7 @@ from .data import (PAD_TARGET, Corpus, TokenFile, batch_at, document_batch_at, e
                              eval_document_batches, load_tokenizer, read_texts, resolve_corpus, tokenize_corpus,
                              tokenize_split, tokenizer_hash, train_tokenizer, unigram_cross_entropy)
 from .model import ModelConfig, Transformer, generate
-from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage,
+from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
                              checkpoint_manager, checkpoint_steps, lock_run, restore_checkpoint, set_aside,
                              write_checksums)
 
@@ -812,7 +812,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
                            f"{cfg.model.vocab_size}: set vocab_size to match the tokenizer")
         if not resuming:
             (out / 'run.json').write_text(json.dumps({'config': cfg.to_dict(), 'data': data,
-                                                      'tokenizer': tokenizer_hash(tokenizer)}, indent=1))
+                                                      'tokenizer': tokenizer_hash(tokenizer), 'code': code_identity()}, indent=1))
         return resuming, tokenizer, train_tf, valid_tf, _set_aside_damaged(out) if resuming else []
     prepared = on_process_0(prepare, f'prepare the run directory {out}')
     # the other processes open what process 0 prepared (a new run has no checkpoint, so `resume` is enough for them)
