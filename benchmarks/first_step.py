@@ -84,7 +84,8 @@ def main():
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "sgatlin_first_step")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
-    if not os.environ.get("SGATLIN_DATA_DIR"): raise SystemExit("set SGATLIN_DATA_DIR (the TinyStories sample is the text)")
+    from sgatlin_nb.data import data_root
+    if data_root() is None: raise SystemExit("no data folder: the TinyStories sample is the text (the repository's data/, or SGATLIN_DATA_DIR)")
     result = {}
     big = make_corpus(args.dir / f"corpus-{args.gb:g}gb.jsonl", args.gb)
     result["now_s"] = first_step(ROOT, big)

@@ -40,8 +40,9 @@ echo "== creating $VENV and installing sgatlin_nb[dev]"
 
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-if [ -z "${SGATLIN_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export SGATLIN_DATA_DIR="$(cd ../shared/data && pwd)"; fi
-echo "== SGATLIN_DATA_DIR=${SGATLIN_DATA_DIR:-<unset: tests needing data will fail>}"
+# the data are the samples in data/ that the repository carries; SGATLIN_DATA_DIR, if set, names another folder
+echo "== data folder: ${SGATLIN_DATA_DIR:-data/ (the repository's samples)}"
+(cd data && sha256sum --quiet -c SHA256SUMS) || { echo "FAIL: data/ does not match data/SHA256SUMS"; exit 1; }
 
 echo "== README.md agrees with nbs/index.ipynb"
 "$VENV/bin/python" scripts/make_readme.py --check

@@ -3,14 +3,13 @@
     python scripts/train_reference.py                 # train into runs/reference, then write sgatlin_nb/reference_model
     python scripts/train_reference.py --stop-at 3     # only the first 3 steps (the CI check of this script)
 
-The data folder is $SGATLIN_DATA_DIR, else ../shared/data beside the repository.
+The data folder is $SGATLIN_DATA_DIR, else the repository's data/ (the samples it carries).
 Deterministic: the same machine gives the same weights; see nbs/09_reference.ipynb.
 """
-import argparse, os, sys
+import argparse, sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault('SGATLIN_DATA_DIR', str(ROOT.parent / 'shared' / 'data'))
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -139,7 +139,7 @@ def export_reference(run: str | Path, dest: str | Path | None = None) -> dict:
 def resolve(name: str) -> Path:
     "The local file of a corpus name (the reference model is made from local files only)."
     path = resolve_corpus(name).path
-    if path is None: raise RunError(f"{name} is not a local file: set SGATLIN_DATA_DIR to the shared data folder")
+    if path is None: raise RunError(f"{name} is not a local file: it is in the repository's data/; set SGATLIN_DATA_DIR to a folder that holds it")
     return path
 
 def _train_seconds(metrics: list[dict]) -> float:

@@ -41,9 +41,9 @@ def start_chromium(profile_dir, width: int = 1280):
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    d = os.environ.get("SGATLIN_DATA_DIR") or str(ROOT.parent / "shared" / "data")
+    d = os.environ.get("SGATLIN_DATA_DIR") or str(ROOT / "data")  # the samples the repository carries
     if not Path(d, "tinystories").is_dir():
-        pytest.fail(f"the test data are missing: set SGATLIN_DATA_DIR (looked in {d})")
+        pytest.fail(f"the test data are missing: {d} has no tinystories/ (SGATLIN_DATA_DIR names another folder)")
     return Path(d)
 
 
@@ -54,7 +54,8 @@ def sgatlin_cmd() -> list[str]:
 
 
 def run_sgatlin(args, data_dir, timeout=600, extra_env=None, cwd=None) -> subprocess.CompletedProcess:
-    "`sgatlin ARGS` in a subprocess; `data_dir=None` runs it as in a new shell, without SGATLIN_DATA_DIR."
+    """`sgatlin ARGS` in a subprocess with SGATLIN_DATA_DIR=`data_dir`; `None` runs it as in a new shell (the variable
+    unset: the repository's samples), `""` with no data folder at all."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **(extra_env or {})}
     if data_dir is None:
         env.pop("SGATLIN_DATA_DIR", None)

@@ -101,7 +101,7 @@ def test_damaged_checkpoint(tmp_path, data_dir, run20, how, says):
                "pass --step 10")
     assert snapshot(run) == before, "a refused command changes nothing"
     # asked for, the previous good checkpoint is used
-    res = run_sgatlin(["eval", "--run", str(run), "--step", "10"], None)
+    res = run_sgatlin(["eval", "--run", str(run), "--step", "10"], "")
     assert res.returncode == 0 and json.loads(res.stdout)["step"] == 10, res.stderr[-2000:]
     # resuming goes back to the newest good checkpoint by itself, says so, and keeps the damaged one aside
     res = _train(run, data_dir, "--steps", "20", "--resume")
@@ -109,7 +109,7 @@ def test_damaged_checkpoint(tmp_path, data_dir, run20, how, says):
     assert '"start_step": 10' in res.stdout
     assert "resuming from step 10: checkpoint step 20" in res.stderr and "damaged/step-20" in res.stderr
     assert checkpoint_steps(run) == [10, 20] and (run / "damaged" / "step-20").is_dir()
-    assert run_sgatlin(["eval", "--run", str(run)], None).returncode == 0
+    assert run_sgatlin(["eval", "--run", str(run)], "").returncode == 0
 
 
 def test_partial_checkpoint_is_ignored(tmp_path, data_dir, run20):
@@ -211,7 +211,7 @@ def test_tokenizer_that_is_not_a_tokenizer(tmp_path, data_dir):
 def test_hub_unreachable(tmp_path, data_dir):
     "A hub name without a network (HF_HUB_OFFLINE=1, no data folder): one line naming both ways out."
     res = run_sgatlin(["train", "--config", "test-tiny", "--out", str(tmp_path / "r"), "--quiet",
-                       "--tokenizer", str(data_dir / TOKENIZER)], None, extra_env={"HF_HUB_OFFLINE": "1"})
+                       "--tokenizer", str(data_dir / TOKENIZER)], "", extra_env={"HF_HUB_OFFLINE": "1"})
     _fails(res, "Hugging Face hub", "SGATLIN_DATA_DIR", "--data PATH")
 
 

@@ -74,7 +74,7 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
             {'notebook': 'x.ipynb', 'tasks': [{}], 'jobs': [{'job': '987654321', 'tasks': [0], 'array': False}]}))
     # eval and sample read only the run: no data folder and no network, as in a new shell
     offline = name in ('eval', 'sample')
-    res = run_sgatlin(args, None if offline else data_dir, cwd=cwd, timeout=900,
+    res = run_sgatlin(args, "" if offline else data_dir, cwd=cwd, timeout=900,
                       extra_env={"HF_HUB_OFFLINE": "1"} if offline else None)
     assert res.returncode == 0, (args, res.stdout[-2000:], res.stderr[-3000:])
     assert "Traceback" not in res.stderr
@@ -451,5 +451,5 @@ def test_readme_eval_and_sample_run_as_shown(workdir, data_dir, tmp_path):
     cheap = [argv for w, argv in shown_commands() if w == 'README.md' and argv[0] in ('eval', 'sample')]
     assert {argv[0] for argv in cheap} == {'eval', 'sample'}, cheap
     for argv in cheap:
-        res = run_sgatlin(argv, None, cwd=tmp_path, extra_env={"HF_HUB_OFFLINE": "1"})
+        res = run_sgatlin(argv, "", cwd=tmp_path, extra_env={"HF_HUB_OFFLINE": "1"})
         assert res.returncode == 0, (argv, res.stderr[-2000:])

@@ -46,7 +46,7 @@ def test_demo_killed_resumed_and_rerun(tmp_path, data_dir):
     n = summary["numbers"]  # the patching stage ran on the demo's pool: every ordered pair of its nouns
     assert n["nie_nouns"] >= 20 and n["nie_pairs"] == n["nie_nouns"] * (n["nie_nouns"] - 1), n
     # the demo's held-out loss is the training log's: a fresh `sgatlin eval` of the final checkpoint scores the same
-    ev = run_sgatlin(["eval", "--run", str(out / "run")], None)
+    ev = run_sgatlin(["eval", "--run", str(out / "run")], "")
     assert ev.returncode == 0, ev.stderr[-2000:]
     fresh = json.loads(ev.stdout)
     assert fresh["step"] == 400 and abs(fresh["eval_loss"] - summary["numbers"]["eval_loss"]) < 1e-5, (fresh, summary["numbers"])
@@ -97,7 +97,7 @@ def test_demo_on_the_reference_model(tmp_path, data_dir):
     # the demo shows the committed model's full held-out score (191k tokens, too slow to repeat here); a fresh
     # `sgatlin eval` of its copy, in a new shell without a data folder, scores the first 16,384 held-out tokens as the
     # manifest's head check did on the committed files: the copy is that model, on those tokens
-    ev = run_sgatlin(["eval", "--run", str(out / "run"), "--tokens", str(manifest["eval"]["head_tokens"])], None)
+    ev = run_sgatlin(["eval", "--run", str(out / "run"), "--tokens", str(manifest["eval"]["head_tokens"])], "")
     assert ev.returncode == 0, ev.stderr[-2000:]
     fresh = json.loads(ev.stdout)
     assert fresh["step"] == manifest["step"] and fresh["eval_tokens"] == manifest["eval"]["head_tokens"], fresh

@@ -236,3 +236,21 @@ def test_workflows_are_valid(tmp_path):
         bad.write_text(broken)
         res = _lint_workflows(bad)
         assert res.returncode != 0 and why in res.stdout + res.stderr, res.stdout + res.stderr
+
+
+def test_the_data_samples_travel_with_the_repository():
+    "Every file of data/ is listed in data/SHA256SUMS with its hash and in data/README.md; the package finds the folder unaided."
+    import hashlib
+    import os
+    data = ROOT / "data"
+    listed = dict(reversed(line.split(None, 1)) for line in (data / "SHA256SUMS").read_text().splitlines())
+    present = {str(p.relative_to(data)) for p in data.rglob("*") if p.is_file()} - {"SHA256SUMS", "README.md"}
+    assert set(listed) == present, set(listed) ^ present
+    for name, digest in listed.items():
+        assert hashlib.sha256((data / name).read_bytes()).hexdigest() == digest, f"data/{name} changed"
+    readme = (data / "README.md").read_text()
+    assert all(Path(name).name.split(".")[0] in readme for name in listed), "a file without a source and licence"
+    env = {k: v for k, v in os.environ.items() if k != "SGATLIN_DATA_DIR"}
+    found = subprocess.run([sys.executable, "-c", "from sgatlin_nb.data import data_root; print(data_root())"],
+                           capture_output=True, text=True, env=env, cwd="/", check=True).stdout.strip()
+    assert Path(found) == data, found
