@@ -352,6 +352,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'sgatlin_nb.layers.check_positive': ('sgatlin.html#check_positive', 'sgatlin_nb/layers.py'),
                                    'sgatlin_nb.layers.check_sgatlin_config': ('sgatlin.html#check_sgatlin_config', 'sgatlin_nb/layers.py'),
                                    'sgatlin_nb.layers.fan_in_init': ('sgatlin.html#fan_in_init', 'sgatlin_nb/layers.py'),
+                                   'sgatlin_nb.layers.param_shapes': ('sgatlin.html#param_shapes', 'sgatlin_nb/layers.py'),
                                    'sgatlin_nb.layers.reference_gated_neurons': ( 'sgatlin.html#reference_gated_neurons',
                                                                                   'sgatlin_nb/layers.py')},
             'sgatlin_nb.model': { 'sgatlin_nb.model.Attention': ('transformer.html#attention', 'sgatlin_nb/model.py'),

@@ -14,7 +14,7 @@ any chart is blank in the screenshot. Pages and screenshots are kept in build/do
 
 Nor may a page show what a reader should never see (`shown_problems`). Only outputs are read, as the browser shows
 them (text of each code cell's output area, scripts aside, and of its table cells); sources and prose are what the
-author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Four kinds:
+author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Five kinds:
   - repr: a Python object's default repr, `<function f at 0x7f...>` or any `<... at 0x...>`, also with the address
     stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), or a page's own class named `__main__.X`,
     show_doc signatures included;
@@ -23,9 +23,10 @@ author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence 
     example (`tempfile.mkdtemp()`, /tmp/tmpXXXXXXXX) is not the build's: a reader who runs the page gets one too;
   - warning: a `RuntimeWarning` in any output (stderr included);
   - nan: a table cell (HTML or Markdown table of an output) reading NaN, inf, -inf, Infinity, <NA> or NaT, alone or
-    within a formatted value ("nan %"); show_doc's parameter tables are exempt (a default of inf is a signature).
+    within a formatted value ("nan %"); show_doc's parameter tables are exempt (a default of inf is a signature);
+  - ansi: a terminal colour code (ESC[...m) in an output's raw text, which the page draws as faint coloured text.
 A cell whose output is meant to show one of these says so with a cell tag (cell metadata "tags", which nbdev-clean
-keeps): `expect-repr`, `expect-path`, `expect-warning` or `expect-nan`; that kind is then not checked in that cell's
+keeps): `expect-repr`, `expect-path`, `expect-warning`, `expect-nan` or `expect-ansi`; that kind is then not checked in that cell's
 outputs. Use it only where the page really means it (a page that shows how NaN is reported, say).
 
 Executed notebooks come from $SGATLIN_EXECUTED_NBS (scripts/test.sh sets it to the copy its
@@ -309,12 +310,22 @@ SHOWN_JS = """return [...document.querySelectorAll('.jp-CodeCell')].map(cell => 
   return {text: c.textContent, table_cells: [...out.querySelectorAll('td, th')].map(td => td.textContent.trim())};
 })"""
 
-EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "warning": "expect-warning", "nan": "expect-nan"}
+EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "warning": "expect-warning", "nan": "expect-nan",
+              "ansi": "expect-ansi"}
 _REPR = re.compile(r"<[^<>\n]*(?:<[^<>\n]*>[^<>\n]*)* at 0x[0-9a-fA-F]+>"  # <function <lambda> at 0x7f...> too
                    r"|<(?:function|bound method|built-in function|built-in method) [^<>\n]*(?:<[^<>\n]*>[^<>\n]*)*>"
                    r"|<[\w.]+ object>"
                    r"|\b__main__\.\w+")  # a page's own class by the name nbdev's kernel gives it (`__main__.TopK`)
 _WARNING = re.compile(r"\bRuntimeWarning\b")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour codes: the page draws them as faint coloured text
+
+
+def _raw_text(outputs) -> str:
+    "The text a cell's outputs carry before rendering (streams, text/* data, tracebacks): where ANSI codes are still visible."
+    parts = []
+    for o in outputs:
+        parts += [o.get("text", "")] + [str(v) for k, v in o.get("data", {}).items() if k.startswith("text/")] + list(o.get("traceback", []))
+    return "".join(parts)
 _MISSING = re.compile(r"(?<![\w.])[-+]?(?:nan|inf|infinity)(?![\w.-])|<NA>|(?<!\w)(?-i:NaT)(?!\w)", re.IGNORECASE)
 
 
@@ -346,7 +357,8 @@ def shown_problems(page_nb, shown: list[dict], folders: list[str]) -> list[tuple
         tags = set(cell.metadata.get("tags", []))
         where = f"code cell {i} ({(cell.source.splitlines() or [''])[0][:50]!r})"
         text = out["text"]
-        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("warning", _WARNING, [text])]
+        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("warning", _WARNING, [text]),
+                  ("ansi", _ANSI, [_raw_text(cell.get("outputs", []))])]
         if not re.search(r"\bshow_doc\(", cell.source):
             checks.append(("nan", _MISSING, out["table_cells"]))
         for kind, pat, texts in checks:
@@ -372,14 +384,15 @@ def test_shown_problems_are_caught(browser, tmp_path):
         "path": out("checkpoint written to /tmp/sgatlin_executed.x1y2/runs/a\n"),
         "warning": out("/x/numpy/core/_methods.py:48: RuntimeWarning: invalid value encountered\n", "stderr"),
         "nan": html(table),
+        "ansi": out("State({\n  \x1b[38;2;79;201;177mkernel\x1b[0m: (2, 3)\n})\n"),
     }
     cells = [nbformat.v4.new_markdown_cell("# Checks\n\nNaN and inf in prose, a path `/tmp/run` in an example.")]
     for kind, outputs in bad.items():
         cells.append(nbformat.v4.new_code_cell(f"# shows a {kind}", outputs=outputs))
     for kind, outputs in bad.items():  # the same, meant
         cells.append(nbformat.v4.new_code_cell(f"# means a {kind}", outputs=outputs, metadata={"tags": [EXPECT_TAG[kind]]}))
-    cells += [  # what is fine (code, prose, relative paths, words), but for a computed Markdown table's nan (cell 9)
-        # and the repr in a show_doc signature (cell 10; its parameter table's default of inf is fine)
+    cells += [  # what is fine (code, prose, relative paths, words), but for a computed Markdown table's nan (cell 11)
+        # and the repr in a show_doc signature (cell 12; its parameter table's default of inf is fine)
         nbformat.v4.new_code_cell("x = float('nan')  # NaN in code\nout = '/tmp/run'", outputs=html(ok_table)),
         nbformat.v4.new_code_cell("", outputs=md("| step | loss |\n|---|---|\n| 1 | nan % |"),
                                   metadata={"tags": ["remove_input"]}),
@@ -392,7 +405,7 @@ def test_shown_problems_are_caught(browser, tmp_path):
     page.write_text(render_page(nb, "Checks"), encoding="utf-8")
     browser.get(page.as_uri())
     found = shown_problems(nb, browser.execute_script(SHOWN_JS), build_folders())
-    assert [f[:2] for f in found] == [*enumerate(bad), (9, "nan"), (10, "repr")], found
+    assert [f[:2] for f in found] == [*enumerate(bad), (11, "nan"), (12, "repr")], found
     lines = [f[2] for f in found]
     assert "relu at 0x7f3a2b1c" in lines[0] and "(and 1 more)" in lines[0] and "/tmp/sgatlin_executed" in lines[1] and "-inf" in lines[3] and "(and 1 more)" in lines[3], lines
 
