@@ -36,6 +36,8 @@ echo "== creating $VENV and installing sgatlin_nb[dev]"
 "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+# circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
+"$VENV/bin/python" -m pip download --quiet --no-deps "circuit-tracer==0.5.0" -d build/wheels
 "$VENV/bin/python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
 
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['COMMANDS', 'PARSERS', 'EXAMPLES', 'RENAMED', 'NUMBER_MIN', 'ABOVE_MIN', 'train', 'config', 'eval', 'sample', 'export',
-           'runs', 'patch', 'usage', 'record', 'neighbours', 'map', 'pages', 'neuron', 'demo', 'submit', 'status',
-           'command_parser', 'bad_number', 'main', 'submit_dry_run']
+           'runs', 'patch', 'usage', 'record', 'neighbours', 'map', 'pages', 'neuron', 'graph', 'demo', 'submit',
+           'status', 'command_parser', 'bad_number', 'main', 'submit_dry_run']
 
 # %% ../nbs/90_cli.ipynb #8c8d4c3d
 import contextlib
@@ -296,6 +296,35 @@ def neuron(layer: int = None,      # the neuron's layer (negative counts from th
     print(path)
     return path
 
+# %% ../nbs/90_cli.ipynb #b7b3add2
+def graph(prompt: str,                # the prompt (positional); the model reads it after an end-of-text token, as its stories begin
+          run: str = None,            # training run or exported model (default: the committed reference model)
+          target: str = None,         # the target token as text: one token, leading space included (' slow'); default: the top prediction
+          prune: str = '0.8,0.98',    # 'NODE_SHARE,EDGE_SHARE' of the influence kept, or 'none' for every node and edge
+          pages: str = None,          # a site written by `sgatlin pages`: the view links each neuron to its page there
+          out: str = 'graph',         # folder for graph.json (circuit-tracer's format) and graph.html (the view)
+          overwrite: bool = False):   # replace graph.json and graph.html in --out
+    "Write PROMPT's exact attribution graph (no replacement model, no error nodes): graph.json in circuit-tracer's format and graph.html."
+    from flax import nnx
+    from sgatlin_nb.graph import parse_prune, write_graph
+    from sgatlin_nb.intervention import bos_id
+    from sgatlin_nb.pages import neuron_file
+    from sgatlin_nb.reference import reference_run
+    shares = parse_prune(prune)
+    cfg, tokenizer, graphdef, params, _ = load_run(run or reference_run())
+    site, out_dir = (Path(pages) if pages else None), Path(out)
+    if site is not None and not (site / 'index.html').is_file():
+        raise RunError(f"--pages {pages} holds no site (no index.html): write one with `sgatlin pages --out {pages}`")
+    def href(layer, channel, neuron):  # a relative link, only to pages the site has
+        page = site / neuron_file(layer, channel, neuron)
+        return os.path.relpath(page, out_dir) if page.is_file() else None
+    s = write_graph(nnx.merge(graphdef, params), tokenizer, prompt, out_dir, target=target, prune=shares,
+                    neuron_href=href if site is not None else None, bos=bos_id(tokenizer), overwrite=overwrite)
+    print(f"{out_dir / 'graph.html'}: {s['kept_nodes']} of {s['nodes']} nodes, {s['kept_edges']:,} of {s['edges']:,} edges; "
+          f"target {s['target']!r} (p = {s['probability']:.3f}); completeness gap {s['completeness_error']:.0e}")
+    return s
+
+
 # %% ../nbs/90_cli.ipynb #5e648598
 def demo(data: str = 'tinystories',  # corpus: 'tinystories', a path, a name under $SGATLIN_DATA_DIR, or owner/name on the hub
          out: str = 'runs/demo',     # folder for the run, the analyses and report.html (run again to resume)
@@ -355,7 +384,7 @@ def status(run_dir: str):  # a run folder written by `sgatlin submit`
 
 # %% ../nbs/90_cli.ipynb #7edc1b5d
 COMMANDS = {'train': train, 'config': config, 'eval': eval, 'sample': sample, 'export': export, 'runs': runs, 'record': record,
-            'neighbours': neighbours, 'map': map, 'pages': pages, 'neuron': neuron, 'patch': patch, 'usage': usage, 'demo': demo, 'submit': submit, 'status': status}
+            'neighbours': neighbours, 'map': map, 'pages': pages, 'neuron': neuron, 'graph': graph, 'patch': patch, 'usage': usage, 'demo': demo, 'submit': submit, 'status': status}
 PARSERS = {'submit': _submit_parser}
 EXAMPLES = {
     'train': 'sgatlin train --config test-tiny --out runs/try --steps 30',
@@ -369,6 +398,7 @@ EXAMPLES = {
     'map': 'sgatlin map --db runs/try/circuits --out runs/try/map --n-epochs 50',
     'pages': 'sgatlin pages --run runs/try --db runs/try/circuits --out runs/try/pages --per-layer 4 --contexts 3',
     'neuron': 'sgatlin neuron --run runs/try --db runs/try/circuits --layer 0 --channel 1 --neuron 17 --out runs/try/neuron.html',
+    'graph': 'sgatlin graph "The little dog was" --run runs/try --target " happy" --out runs/try/graph',
     'patch': 'sgatlin patch --run runs/try --out runs/try/patching --min-count 1 --n-boot 200',
     'usage': 'sgatlin usage --run runs/try --out runs/try/usage --n-stories 16 --n-neurons 64',
     'demo': 'sgatlin demo --out runs/demo',

@@ -35,6 +35,7 @@ WRITES = {
     'map': (['--quiet'], [f'runs/try/map/{f}' for f in ('map.html', 'map.png', 'points.csv', 'purity.csv')]),
     'pages': (['--quiet'], ['runs/try/pages/index.html', 'runs/try/pages/site.json']),
     'neuron': (['--quiet'], ['runs/try/neuron.html']),
+    'graph': (['--prune', 'none'], ['runs/try/graph/graph.json', 'runs/try/graph/graph.html']),
     'patch': ([], [f'runs/try/patching/{f}' for f in ('pairs.csv', 'per_pair.csv', 'nie.csv', 'nie.png', 'nie.html')]),
     'usage': ([], ['runs/try/usage/summary.json']),
     'demo': (['--config', 'test-tiny', '--steps', '20', '--n-stories', '12', '--quiet'],

@@ -134,3 +134,34 @@ def test_site_in_chromium(site, browser):
         hrefs = browser.execute_script("return [...document.querySelectorAll('a[href]')].map(a => a.href)")
         assert hrefs and all(h.startswith("file://") and Path(h[len("file://"):].split("#")[0]).is_file() for h in hrefs), (page, hrefs)
         assert browser.execute_script("return window.__pageErrors") == [], page
+
+
+def test_graph_view_links_to_the_site(site, browser, tmp_path):
+    """`sgatlin graph --pages SITE`: the view draws offline in Chromium with no script error, every drawn neuron that has
+    a page in the site links to it (and no other), and following a link opens that neuron's page."""
+    from conftest import run_sgatlin
+    site_dir, _, _ = site
+    out = tmp_path / "graph"
+    res = run_sgatlin(["graph", "Once upon a time, there was a little girl named Lily. She", "--pages", str(site_dir),
+                       "--prune", "0.95,0.99", "--out", str(out)], None)
+    assert res.returncode == 0, res.stderr[-2000:]
+    browser.get((out / "graph.html").as_uri())
+    drawn = browser.execute_script("""return [...document.querySelectorAll('circle.node')].map(c => ({
+        title: c.querySelector('title').textContent, href: c.parentElement.tagName === 'a' ? c.parentElement.getAttribute('href') : null}))""")
+    assert len(drawn) > 10 and browser.execute_script("return document.querySelectorAll('line.edge').length") > len(drawn)
+    pages = {p.name for p in (site_dir / "neurons").glob("*.html")}
+    linked = 0
+    for d in drawn:
+        l, c, n = map(int, re.match(r"layer (\d+) channel (\d+) neuron (\d+)", d["title"]).groups())
+        name = f"L{l - 1}_C{c}_N{n}.html"  # the view counts layers from 1, page files from 0
+        assert (d["href"] is not None) == (name in pages), d
+        if d["href"]:
+            assert (out / d["href"]).resolve() == (site_dir / "neurons" / name).resolve(), d
+            linked += 1
+    assert linked >= 1, "no drawn neuron has a page in the site: the links were not exercised"
+    first = next(d for d in drawn if d["href"])
+    browser.execute_script("document.querySelector('circle.node').closest('svg').querySelector('a').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+    l, c, n = map(int, re.match(r"layer (\d+) channel (\d+) neuron (\d+)", first["title"]).groups())
+    assert f"Neuron L{l - 1} C{c} N{n}" in browser.title, browser.title
+    assert browser.execute_script("return window.__pageErrors") == []
+    _shot(browser, "graph_linked_neuron")

@@ -1,0 +1,68 @@
+"""`sgatlin graph` writes a file that circuit-tracer's own reader accepts, and a graph that adds up.
+
+circuit-tracer (the library behind Neuronpedia's attribution-graph viewer) describes a graph file with pydantic models
+in `circuit_tracer/frontend/graph_models.py`. The library itself needs torch, so it is not installed: scripts/test.sh
+downloads its wheel (no dependencies) into build/wheels/, and this test loads that one module from it.
+"""
+import importlib.util
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_sgatlin
+
+WHEELS = ROOT / "build" / "wheels"
+
+
+def circuit_tracer_models():
+    "circuit-tracer's `graph_models` module, loaded from its wheel in build/wheels/ (scripts/test.sh puts it there)."
+    wheels = sorted(WHEELS.glob("circuit_tracer-*.whl"))
+    if not wheels:
+        pytest.fail(f"no circuit-tracer wheel in {WHEELS}: run `pip download --no-deps circuit-tracer==0.5.0 -d {WHEELS}` "
+                    "(scripts/test.sh does)")
+    target = WHEELS / "graph_models.py"
+    with zipfile.ZipFile(wheels[-1]) as z:
+        target.write_bytes(z.read("circuit_tracer/frontend/graph_models.py"))
+    spec = importlib.util.spec_from_file_location("circuit_tracer_graph_models", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_graph_file_is_read_by_circuit_tracer(tmp_path):
+    models = circuit_tracer_models()
+    res = run_sgatlin(["graph", "The turtle was", "--target", " slow", "--prune", "none", "--out", str(tmp_path / "g")], None)
+    assert res.returncode == 0, res.stderr[-2000:]
+    payload = json.loads((tmp_path / "g" / "graph.json").read_text())
+    graph = models.Model(**payload)  # raises on a missing or mistyped field
+    links = [models.Link(**l) for l in graph.links]
+    ids = {n.node_id for n in graph.nodes}
+    assert len(ids) == len(graph.nodes) and all(l.source in ids and l.target in ids for l in links)
+    kinds = {n.feature_type for n in graph.nodes}
+    assert kinds == {"embedding", "cross layer transcoder", "logit"}, kinds  # no error nodes
+    assert graph.metadata.prompt_tokens[0] == "<|endoftext|>" and [n.is_target_logit for n in graph.nodes].count(True) == 1
+    # exactness, read back from the file alone: each neuron's activation and the target logit equal their incoming links
+    into = {}
+    for l in links: into[l.target] = into.get(l.target, 0.0) + l.weight
+    values = {n.node_id: n.activation for n in graph.nodes if n.feature_type != "embedding"}
+    top = max(abs(v) for v in values.values())
+    assert max(abs(into.get(i, 0.0) - v) for i, v in values.items()) < 1e-5 * top
+    # the library's own helper for a feature node gives our neurons' ids and feature numbers
+    neuron = next(n for n in graph.nodes if n.feature_type == "cross layer transcoder")
+    layer, feat, pos = map(int, neuron.node_id.split("_"))
+    same = models.Node.feature_node(layer, pos, feat, activation=neuron.activation)
+    assert (same.node_id, same.feature, same.jsNodeId) == (neuron.node_id, neuron.feature, neuron.jsNodeId)
+
+
+def test_graph_refuses_a_model_it_cannot_freeze(tmp_path, data_dir):
+    "A run whose neurons are not linear (here an MLP) is refused in one line, and nothing is written."
+    run = tmp_path / "mlp"
+    res = run_sgatlin(["train", "--config", "test-tiny", "--out", str(run), "--steps", "2", "--quiet",
+                       "model.ffw.kind=mlp", "model.ffw.d_ffw=128"], data_dir)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_sgatlin(["graph", "The dog", "--run", str(run), "--out", str(tmp_path / "g")], data_dir)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "linear gated neurons" in res.stderr, res.stderr
+    assert not (tmp_path / "g").exists()
