@@ -18,6 +18,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import jax
 from fastcore.script import anno_parser
@@ -268,12 +269,13 @@ def pages(run: str = None,             # training run or exported model (default
           max_circuits: int = None,    # circuit pages: the circuits of the neurons' top contexts, at most this many (default: all)
           contexts: int = 5,           # top contexts per neuron
           width: int = 8,              # context tokens on each side
+          graph: Annotated[str, "a prompt whose attribution graph gets a page in the site; repeat --graph for more", {'action': 'append'}] = None,
           overwrite: bool = False,     # replace a site already in --out
           quiet: bool = False):        # no progress bars
-    "Write a static site of neuron and circuit pages (index per layer, a page per neuron, a page per token circuit) into --out."
+    "Write a static site of neuron and circuit pages (index per layer, a page per neuron, a page per token circuit, a page per --graph prompt) into --out."
     from sgatlin_nb.pages import build_pages
     summary = build_pages(out, run=run, db=db, per_layer=per_layer or None, max_circuits=max_circuits, contexts=contexts,
-                          width=width, overwrite=overwrite, progress=not quiet)
+                          width=width, graphs=graph or (), overwrite=overwrite, progress=not quiet)
     print(f"{Path(out) / 'index.html'}: {json.dumps({k: v for k, v in summary.items() if not isinstance(v, (dict, list))})}")
     return summary
 
@@ -396,7 +398,7 @@ EXAMPLES = {
     'record': 'sgatlin record --run runs/try --out runs/try/circuits --n-docs 32',
     'neighbours': 'sgatlin neighbours "The little dog was happy." --run runs/try --db runs/try/circuits --out runs/try/neighbours --layer 0',
     'map': 'sgatlin map --db runs/try/circuits --out runs/try/map --n-epochs 50',
-    'pages': 'sgatlin pages --run runs/try --db runs/try/circuits --out runs/try/pages --per-layer 4 --contexts 3',
+    'pages': 'sgatlin pages --run runs/try --db runs/try/circuits --out runs/try/pages --per-layer 4 --contexts 3 --graph "The dog was"',
     'neuron': 'sgatlin neuron --run runs/try --db runs/try/circuits --layer 0 --channel 1 --neuron 17 --out runs/try/neuron.html',
     'graph': 'sgatlin graph "The little dog was" --run runs/try --target " happy" --out runs/try/graph',
     'patch': 'sgatlin patch --run runs/try --out runs/try/patching --min-count 1 --n-boot 200',

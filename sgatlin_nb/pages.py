@@ -30,6 +30,8 @@ from tqdm import tqdm
 from .circuits import attention_probs, inverse_rms
 from .demo import TEMPLATES
 from .embedding import token_label
+from .graph import write_graph
+from .intervention import bos_id
 from .layers import Gates
 from .model import Transformer
 from .neighbours import NeighbourIndex
@@ -461,7 +463,7 @@ def index_html(data: SiteData, summary: dict) -> str:
              summary['choice']]
     return pages_template().render(kind='index', title=f"Neurons and circuits of a {db.n_layers}-layer sgatlin model", up='',
                                    layers=list(range(db.n_layers)), cards=cards, layer_rows=layer_rows, about=about,
-                                   footer=_footer(db))
+                                   graphs=summary.get('graphs', []), footer=_footer(db))
 
 def _load(run, db, progress: bool = True) -> tuple[Transformer, object, CircuitDB]:
     "A run's model and tokenizer (default: the reference model), and its circuit database checked to be recorded from that model (default: 128 held-out stories, recorded on first use)."
@@ -487,6 +489,7 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
                 max_circuits: int | None = None,       # circuit pages: the circuits of the neurons' top contexts, at most this many (None: all)
                 contexts: int = 5,                     # top contexts per neuron
                 width: int = 8,                        # context tokens on each side
+                graphs: list[str] = (),                # prompts whose attribution graphs (15a_graph) get a page, linked to the neuron pages
                 overwrite: bool = False,               # replace a site already at `out`
                 progress: bool = True) -> dict:        # progress bars
     "Write a static site of neuron and circuit pages for a run's circuit database into `out`; returns its summary (counts, seconds, bytes)."
@@ -518,6 +521,13 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
         n_bytes += _write(tmp / circuit_file(r), circuit_html(data, int(r)))
     for l in range(cdb.n_layers):
         n_bytes += _write(tmp / f'layer{l}.html', layer_html(data, l))
+    graph_rows = []
+    for i, prompt in enumerate(tqdm(list(graphs), desc='graph pages', disable=not progress or not graphs)):
+        linked = lambda l, c, n: '../../' + neuron_file(l, c, n) if (tmp / neuron_file(l, c, n)).is_file() else None
+        g = write_graph(model, tokenizer, prompt, tmp / 'graphs' / str(i), neuron_href=linked, bos=bos_id(tokenizer))
+        n_bytes += sum(p.stat().st_size for p in (tmp / 'graphs' / str(i)).iterdir())
+        graph_rows.append({'prompt': prompt, 'href': f'graphs/{i}/graph.html', 'target': g['target'],
+                           'p': f"{g['probability']:.3f}", 'nodes': f"{g['kept_nodes']} of {g['nodes']}"})
     choice = (f"Neuron pages: the {per_layer} most-firing neurons of each layer" if per_layer is not None else
               "Neuron pages: every neuron that fires in the database") + (
               f"; circuit pages: the circuits of their top {contexts} contexts" +
@@ -526,6 +536,7 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
                'documents': cdb.manifest['counts']['documents'], 'load_seconds': round(t_load, 2), **data.seconds,
                'render_seconds': round(time.perf_counter() - t_data, 2), 'seconds': round(time.perf_counter() - t0, 2),
                'choice': choice}
+    summary['graphs'] = graph_rows
     n_bytes += _write(tmp / 'index.html', index_html(data, summary))
     summary['bytes'] = n_bytes
     summary['render_seconds'] = round(time.perf_counter() - t_data, 2)

@@ -33,7 +33,7 @@ WRITES = {
     'neighbours': (['--quiet'], ['runs/try/neighbours/neighbours.csv', 'runs/try/neighbours/neighbours.html',
                                 'runs/try/neighbours/neighbours.png']),
     'map': (['--quiet'], [f'runs/try/map/{f}' for f in ('map.html', 'map.png', 'points.csv', 'purity.csv')]),
-    'pages': (['--quiet'], ['runs/try/pages/index.html', 'runs/try/pages/site.json']),
+    'pages': (['--quiet'], ['runs/try/pages/index.html', 'runs/try/pages/site.json', 'runs/try/pages/graphs/0/graph.html']),
     'neuron': (['--quiet'], ['runs/try/neuron.html']),
     'graph': (['--prune', 'none'], ['runs/try/graph/graph.json', 'runs/try/graph/graph.html']),
     'patch': ([], [f'runs/try/patching/{f}' for f in ('pairs.csv', 'per_pair.csv', 'nie.csv', 'nie.png', 'nie.html')]),

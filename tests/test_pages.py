@@ -19,6 +19,7 @@ from conftest import start_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "build" / "pages_screenshots"
+LILY = "Once upon a time, there was a little girl named Lily. She"  # a prompt whose graph uses neurons the small site has pages for
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def site(tmp_path_factory, data_dir):
     from sgatlin_nb.reference import reference_run
     tmp = tmp_path_factory.mktemp("pages")
     db = record_run(reference_run(), tmp / "db", n_docs=12, progress=False)
-    summary = build_pages(tmp / "site", db=db.path, per_layer=4, contexts=3, progress=False)
+    summary = build_pages(tmp / "site", db=db.path, per_layer=4, contexts=3, graphs=[LILY], progress=False)
     return tmp / "site", db, summary
 
 
@@ -63,7 +64,8 @@ def test_site_in_chromium(site, browser):
     out, db, summary = site
     assert summary["neuron_pages"] == 4 * db.n_layers and summary["circuit_pages"] > 0
     html = sorted(out.rglob("*.html"))
-    assert json.loads((out / "site.json").read_text())["bytes"] == sum(f.stat().st_size for f in html)  # the files, summed
+    files = [f for f in out.rglob("*") if f.is_file() and f.name != "site.json"]
+    assert json.loads((out / "site.json").read_text())["bytes"] == sum(f.stat().st_size for f in files)  # the files, summed
     for page in out.rglob("*.html"):  # self-contained: nothing is fetched from the network
         assert not re.search(r'(src|href)="(https?:)?//', page.read_text()), page
 
@@ -142,7 +144,7 @@ def test_graph_view_links_to_the_site(site, browser, tmp_path):
     from conftest import run_sgatlin
     site_dir, _, _ = site
     out = tmp_path / "graph"
-    res = run_sgatlin(["graph", "Once upon a time, there was a little girl named Lily. She", "--pages", str(site_dir),
+    res = run_sgatlin(["graph", LILY, "--pages", str(site_dir),
                        "--prune", "0.95,0.99", "--out", str(out)], None)
     assert res.returncode == 0, res.stderr[-2000:]
     browser.get((out / "graph.html").as_uri())
@@ -165,3 +167,12 @@ def test_graph_view_links_to_the_site(site, browser, tmp_path):
     assert f"Neuron L{l - 1} C{c} N{n}" in browser.title, browser.title
     assert browser.execute_script("return window.__pageErrors") == []
     _shot(browser, "graph_linked_neuron")
+    # the site's own graph page: listed on the index, drawn, its neuron links inside the site
+    browser.get((site_dir / "index.html").as_uri())
+    browser.find_element(By.LINK_TEXT, LILY).click()
+    assert browser.current_url.endswith("graphs/0/graph.html") and LILY in browser.title
+    hrefs = browser.execute_script("return [...document.querySelectorAll('a')].map(a => a.getAttribute('href'))")
+    assert browser.execute_script("return document.querySelectorAll('circle.node').length") > 10
+    assert hrefs and all((site_dir / "graphs" / "0" / h).resolve().is_file() for h in hrefs), hrefs
+    assert browser.execute_script("return window.__pageErrors") == []
+    _shot(browser, "graph_in_site")
