@@ -43,7 +43,7 @@ echo "== creating $VENV and installing sgatlin_nb[dev]"
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 # the data are the samples in data/ that the repository carries; SGATLIN_DATA_DIR, if set, names another folder
-echo "== data folder: ${SGATLIN_DATA_DIR:-data/ (the repository's samples)}"
+echo "== data folder: ${SGATLIN_DATA_DIR:-data/, the samples of the repository}"
 (cd data && sha256sum --quiet -c SHA256SUMS) || { echo "FAIL: data/ does not match data/SHA256SUMS"; exit 1; }
 
 echo "== README.md agrees with nbs/index.ipynb"
