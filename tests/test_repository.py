@@ -254,3 +254,12 @@ def test_the_data_samples_travel_with_the_repository():
     found = subprocess.run([sys.executable, "-c", "from sgatlin_nb.data import data_root; print(data_root())"],
                            capture_output=True, text=True, env=env, cwd="/", check=True).stdout.strip()
     assert Path(found) == data, found
+
+
+def test_every_shell_script_parses():
+    "`bash -n` on every shell script of the repository (a stray quote once stopped scripts/test.sh halfway)."
+    scripts = sorted({*ROOT.glob("scripts/*.sh"), *ROOT.glob("benchmarks/*.sh"), ROOT / ".ci" / "run"})
+    assert len(scripts) >= 3
+    for s in scripts:
+        res = subprocess.run(["bash", "-n", str(s)], capture_output=True, text=True)
+        assert res.returncode == 0, f"{s.relative_to(ROOT)}: {res.stderr}"
