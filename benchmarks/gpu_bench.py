@@ -149,7 +149,7 @@ def bench_layers(res: dict, save, mini: bool, reps: int, deadline: float):
 def bench_steps(res: dict, save, mini: bool, layers: int, steps: int, deadline: float):
     import jax
     from sgatlin_nb.gpu import equal_flops_swiglu, paper_presets
-    from sgatlin_nb.train import make_mesh
+    from sgatlin_nb.distributed import make_mesh
     presets = dict(paper_presets(scales=(6,)))
     base = {'sgatlin': presets['sgatlin-s6'], 'swiglu twin': equal_flops_swiglu(presets['sgatlin-s6']),
             'moe': presets['moe-s6'], 'peer': presets['peer-s6']}
@@ -170,7 +170,9 @@ def step_row(res: dict, name: str, cfg, mini: bool, layers: int, steps: int, dea
     import jax
     import numpy as np
     from sgatlin_nb.complexity import model_flops
-    from sgatlin_nb.train import init_state, make_config, make_train_step, miniature_config, shard_batch, state_shardings
+    from sgatlin_nb.configs import make_config, miniature_config
+    from sgatlin_nb.distributed import shard_batch
+    from sgatlin_nb.train import init_state, make_train_step, state_shardings
     cfg = miniature_config(cfg) if mini else make_config(cfg, {'model.n_layers': layers, 'batch_size': 16})
     graphdef, state, tx = init_state(cfg)
     sh = state_shardings(state, mesh, False)
@@ -235,7 +237,9 @@ def bench_determinism(res: dict, save, mini: bool):
     import jax.numpy as jnp
     import numpy as np
     from sgatlin_nb.gpu import paper_presets
-    from sgatlin_nb.train import data_parallel_grads, init_state, make_config, make_mesh, miniature_config, param_specs, state_shardings
+    from sgatlin_nb.configs import make_config, miniature_config
+    from sgatlin_nb.distributed import make_mesh, param_specs
+    from sgatlin_nb.train import data_parallel_grads, init_state, state_shardings
     cfg = dict(paper_presets(kinds=('sgatlin',), scales=(6,)))['sgatlin-s6']
     cfg = miniature_config(cfg) if mini else make_config(cfg, {'model.n_layers': 2, 'batch_size': 8})
     graphdef, state, _ = init_state(cfg)
@@ -262,7 +266,7 @@ def main(argv=None):
     deadline = t_start + a.budget_s * 0.9  # the last figure may run over a little
     import jax
     import jaxlib
-    from sgatlin_nb.train import peak_flops
+    from sgatlin_nb.distributed import peak_flops
     dev = jax.local_devices()[0]
     res = {'device_kind': dev.device_kind, 'platform': dev.platform, 'jax': jax.__version__, 'jaxlib': jaxlib.__version__,
            'python': platform.python_version(), 'mini': a.mini, 'budget_s': a.budget_s, 'reps': a.reps,

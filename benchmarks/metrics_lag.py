@@ -14,7 +14,9 @@ import time
 import jax
 
 from sgatlin_nb.data import batch_at
-from sgatlin_nb.train import PRESETS, init_state, make_mesh, make_train_step, prepare_data, shard_batch, state_shardings
+from sgatlin_nb.configs import PRESETS
+from sgatlin_nb.distributed import make_mesh, shard_batch
+from sgatlin_nb.train import init_state, make_train_step, prepare_data, state_shardings
 
 
 def main():

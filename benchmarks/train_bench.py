@@ -40,7 +40,9 @@ def main():
     import jax
     import numpy as np
     from sgatlin_nb.complexity import model_flops
-    from sgatlin_nb.train import PRESETS, init_state, make_mesh, make_train_step, shard_batch, state_shardings
+    from sgatlin_nb.configs import PRESETS
+    from sgatlin_nb.distributed import make_mesh, shard_batch
+    from sgatlin_nb.train import init_state, make_train_step, state_shardings
 
     base = PRESETS[a.preset]
     mesh = make_mesh()

@@ -23,7 +23,9 @@ from typing import Annotated
 import jax
 from fastcore.script import anno_parser
 
-from .train import PRESETS, DiskFull, config_yaml, make_config, evaluate, init_distributed, make_eval_step, sample_text, train as train_run
+from .configs import PRESETS, config_yaml, make_config
+from .distributed import init_distributed
+from .train import DiskFull, evaluate, make_eval_step, sample_text, train as train_run
 from .runs import Preempted, RunError, export_run, exported, list_runs, load_run
 from .data import TokenFile, unigram_cross_entropy
 # the analysis commands import their modules when they run: `demo` alone pulls in altair, pandas and scipy (about

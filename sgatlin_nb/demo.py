@@ -41,7 +41,8 @@ from .neighbours import write_neighbours
 from .embedding import circuit_map, map_chart, token_label
 from .record import CircuitDB, record_run
 from .reference import REFERENCE_DIR, check_reference
-from .train import PAIRED, PRESETS, make_config, sample_text, train
+from .configs import PRESETS, make_config
+from .train import PAIRED, sample_text, train
 from .runs import RunError, TrainConfig, code_identity, load_run, one_line, read_metrics, save_chart
 from .usage import usage_report
 
@@ -62,7 +63,7 @@ def demo_settings(config: str = 'demo', data: str = 'tinystories', steps: int | 
         cfg = TrainConfig.from_dict(manifest['config'])
         return cfg, {'format': FORMAT, 'version': 1, 'config': 'reference', 'train': cfg.to_dict(), 'data': data,
                      'n_stories': n_stories, 'reference': manifest['fingerprint']}
-    try: cfg = make_config(config, [] if steps is None else [f'steps={steps}'])  # a preset or a YAML file (06_train)
+    try: cfg = make_config(config, [] if steps is None else [f'steps={steps}'])  # a preset or a YAML file (06b_configs)
     except ValueError as e: raise RunError(str(e)) from None
     if n_stories < 12: raise RunError(f"--n-stories must be at least 12 (the neighbour search needs enough circuits), got {n_stories}")
     return cfg, {'format': FORMAT, 'version': 1, 'config': config, 'train': cfg.to_dict(), 'data': data,

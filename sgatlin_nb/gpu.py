@@ -25,8 +25,9 @@ from .baselines import FFWConfig
 from .kernels import use_kernels
 from .complexity import H100_BF16_FLOPS, TRAIN_FLOPS_PER_FORWARD, ffw_cost, gpu_hours, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
-from .train import (PRESETS, make_config, abstract_state, activation_bytes, gathered_bytes, init_state, make_mesh, make_train_step,
-                              miniature_config, shard_batch, state_bytes, state_shardings)
+from .configs import PRESETS, make_config, miniature_config
+from .distributed import make_mesh, shard_batch
+from .train import (abstract_state, activation_bytes, gathered_bytes, init_state, make_train_step, state_bytes, state_shardings)
 from .runs import TrainConfig
 
 # %% ../nbs/92_gpu.ipynb #d86a0538

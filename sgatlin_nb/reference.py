@@ -21,7 +21,8 @@ import numpy as np
 
 import sgatlin_nb
 from .data import EOT, TokenFile, read_texts, resolve_corpus, tokenize_corpus, unigram_cross_entropy
-from .train import PRESETS, evaluate, make_eval_step, sample_text, train
+from .configs import PRESETS
+from .train import evaluate, make_eval_step, sample_text, train
 from .runs import RunError, export_run, load_run, read_metrics
 
 # %% ../nbs/09_reference.ipynb #9c39a815

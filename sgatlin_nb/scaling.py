@@ -8,7 +8,8 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol',
            'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point',
            'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points',
-           'isoflop_chart', 'sparsity_chart', 'sweep_flops']
+           'isoflop_chart', 'sparsity_chart', 'frontier', 'fit_frontier', 'fits_cross', 'bootstrap_crossover',
+           'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -24,6 +25,7 @@ from typing import Callable
 
 import altair as alt
 import jax
+import numpy as np
 import pandas as pd
 
 from . import __version__
@@ -32,7 +34,8 @@ from .complexity import ACCOUNTINGS, model_flops, tokens_for_budget, training_fl
 from .data import read_texts, train_tokenizer
 from .layers import check_positive
 from .model import ModelConfig, config_params
-from .train import PAIRED, config_yaml, make_config, train
+from .configs import config_yaml, make_config
+from .train import PAIRED, train
 from .runs import RunError, TrainConfig, code_identity, read_metrics
 
 # %% ../nbs/07_scaling.ipynb #20297b91
@@ -358,12 +361,14 @@ def merge_results(files, out: str | Path, log=print) -> dict:
 
 # %% ../nbs/07_scaling.ipynb #fb148145
 def results_frame(results: dict) -> pd.DataFrame:
-    "The runs of a results file (or of each part of a merged one) as a table, with compute sparsity and a `main` flag for the sweep's own runs."
+    """The runs of a results file (or of each part of a merged one) as a table, with compute sparsity, a `recipe` flag
+    for runs of the protocol's own recipe (its learning rate, no ablation) and a `main` flag for those of seed 0."""
     frames = []
     for part in results.get('parts', [results]):
         df, proto = pd.DataFrame(part['runs']), part['protocol']
         df['params_per_flop'] = df.params / df[f"flops_{proto['accounting']}"]
-        df['main'] = (df.lr == proto['recipe']['lr']) & df.activation.isna() & (df.router == 'product_dense') & (df.seed == 0)
+        df['recipe'] = (df.lr == proto['recipe']['lr']) & df.activation.isna() & (df.router == 'product_dense')
+        df['main'] = df.recipe & (df.seed == 0)
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
 
@@ -397,6 +402,78 @@ def sparsity_chart(df: pd.DataFrame, corpus: str) -> alt.LayerChart:
         color=alt.Color('variant:N', sort=list(LADDER_KINDS)), tooltip=_TOOLTIP,
         shape=alt.Shape('budget:O', title='budget', legend=alt.Legend(labelExpr=_BUDGET_LABEL)))
     return (lines + dots).properties(width=380, height=260, title=f'Best perplexity against compute sparsity ({corpus})')
+
+# %% ../nbs/07_scaling.ipynb #ext36a1
+def frontier(df: pd.DataFrame, corpus: str = 'tinystories') -> pd.DataFrame:
+    """Each variant's isoflop optimum per budget on `corpus`, from `results_frame` rows (of one file or several
+    concatenated): the rung whose seed-0 run is best, whether the ladder brackets it (a smaller and a larger rung ran
+    and did worse), and the held-out loss over every seed that ran at that rung (`loss`, `ppl` = exp(`loss`))."""
+    d = df[df.recipe & (df.corpus == corpus) & df.eval_ppl.notna()]
+    rows = []
+    for (variant, budget), g in d.groupby(['variant', 'budget']):
+        first = g[g.seed == 0]
+        if first.empty: continue
+        best = first.loc[first.eval_ppl.idxmin()]
+        seeds = g[g.scale == best.scale].set_index('seed').eval_loss.sort_index()
+        rows.append(dict(variant=variant, budget=budget, scale=int(best.scale), params=best.params,
+                         params_per_flop=best.params_per_flop, tokens=best.tokens, ppl_seed0=best.eval_ppl,
+                         inside=bool(first.scale.min() < best.scale < first.scale.max()), n_seeds=len(seeds),
+                         loss=seeds.mean(), ppl=math.exp(seeds.mean()), ppl_min=math.exp(seeds.min()),
+                         ppl_max=math.exp(seeds.max()), seed_loss=seeds.to_dict()))
+    return pd.DataFrame(rows)
+
+def fit_frontier(budgets, loss) -> tuple[float, float]:
+    "Least-squares power law of held-out loss (nats per token) in the budget, `loss = exp(a)·budget^b`: returns `(a, b)`."
+    b, a = np.polyfit(np.log(np.asarray(budgets, float)), np.log(np.asarray(loss, float)), 1)
+    return float(a), float(b)
+
+def fits_cross(f: tuple[float, float], g: tuple[float, float]) -> float:
+    "The budget at which two `fit_frontier` power laws give the same loss (`inf` when they are parallel)."
+    (a1, b1), (a2, b2) = f, g
+    return math.exp((a2 - a1) / (b1 - b2)) if b1 != b2 else math.inf
+
+def bootstrap_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0,
+                        n: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Refit the frontiers of variants `a` and `b` (`frontier` rows from `min_budget` up) on `n` resamples and return
+    each refit's slopes and crossover budget. A resample draws the budgets with replacement, the same for both
+    variants, and at a budget where several seeds ran, one of them: the same seed for both where both ran it, since a
+    seed also fixes the data order and the two runs of one seed are a pair."""
+    fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget') for v in (a, b))
+    budgets = np.array(sorted(set(fa.index) & set(fb.index)))
+    if len(budgets) < 3: raise ValueError(f'{a} and {b} share {len(budgets)} budgets from {min_budget:g}: a fit needs 3')
+    rng, rows = np.random.default_rng(seed), []
+    while len(rows) < n:
+        pick = rng.choice(budgets, len(budgets))
+        if len(set(pick)) < 3: continue  # a line through fewer than three budgets says nothing about its error
+        la, lb = [], []
+        for c in pick:
+            sa, sb = fa.loc[c, 'seed_loss'], fb.loc[c, 'seed_loss']
+            both = sorted(set(sa) & set(sb))
+            s = both[rng.integers(len(both))] if both else None
+            la.append(sa[s] if s is not None else list(sa.values())[rng.integers(len(sa))])
+            lb.append(sb[s] if s is not None else list(sb.values())[rng.integers(len(sb))])
+        ga, gb = fit_frontier(pick, la), fit_frontier(pick, lb)
+        rows.append({f'slope_{a}': ga[1], f'slope_{b}': gb[1], 'crossover': fits_cross(ga, gb)})
+    return pd.DataFrame(rows)
+
+def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerChart:
+    """The analogue of the paper's figure 1 along the budget: each variant's best perplexity (mean over seeds, bars from
+    the best to the worst seed) against the budget, with the power laws of `fits` (`{variant: (a, b)}`) as dashed lines."""
+    kinds = alt.Color('variant:N', sort=list(LADDER_KINDS))
+    log = lambda: alt.Scale(type='log', nice=False, padding=12)
+    base = alt.Chart(front.drop(columns='seed_loss')).encode(
+        x=alt.X('budget:Q', scale=log(), title='training FLOPs (full accounting)', axis=alt.Axis(format='.0e')), color=kinds)
+    dots = base.mark_point(filled=True, size=60).encode(
+        y=alt.Y('ppl:Q', scale=log(), title='best held-out perplexity'),
+        tooltip=['variant', alt.Tooltip('budget:Q', format='.1e'), 'scale', 'n_seeds', alt.Tooltip('ppl:Q', format='.2f')])
+    bars = base.mark_rule().encode(y='ppl_min:Q', y2='ppl_max:Q')
+    layers = [bars, dots]
+    if fits:
+        grid = np.geomspace(front.budget.min(), front.budget.max(), 40)
+        lines = pd.DataFrame([dict(variant=v, budget=c, ppl=math.exp(math.exp(a) * c ** b)) for v, (a, b) in fits.items() for c in grid])
+        layers.append(alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(x='budget:Q', y='ppl:Q', color=kinds))
+    return alt.layer(*layers).properties(width=420, height=280, title='Compute-optimal frontier (TinyStories, CPU ladder)')
+
 
 # %% ../nbs/07_scaling.ipynb #8c87847d
 def sweep_flops(points, protocol_of: Callable) -> float:

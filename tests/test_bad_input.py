@@ -20,7 +20,8 @@ import pytest
 
 import sgatlin_nb.train as train_mod
 from conftest import run_sgatlin, sgatlin_cmd, snapshot
-from sgatlin_nb.train import PRESETS, train
+from sgatlin_nb.configs import PRESETS
+from sgatlin_nb.train import train
 from sgatlin_nb.runs import RunError, checkpoint_steps
 
 TOKENIZER = "sgatlin_tokenizer/tokenizer.json"

@@ -84,7 +84,7 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
     if name == 'train':
         assert json.loads(res.stdout[:res.stdout.index('\nsample:')])['step'] == 30
     if name == 'config':  # the YAML of test-tiny with a SwiGLU feedforward, as `--config FILE.yaml` reads it back
-        from sgatlin_nb.train import make_config
+        from sgatlin_nb.configs import make_config
         (workdir / 'swiglu.yaml').write_text(res.stdout)
         cfg = make_config(workdir / 'swiglu.yaml')
         assert (cfg.model.ffw.kind, cfg.model.ffw.d_ffw, cfg.lr) == ('swiglu', 128, 3e-3)
@@ -188,7 +188,7 @@ def test_export_then_sample_the_folder_as_the_run(try_run, tmp_path, capsys):
 def test_record_all_documents_max_len_overwrite(try_run, tmp_path, capsys):
     from tokenizers import Tokenizer
     from sgatlin_nb.record import CircuitDB
-    from sgatlin_nb.train import PRESETS
+    from sgatlin_nb.configs import PRESETS
     stories = ["Tom had a red ball. He liked to play with it in the park every day.", "The end.",
                "The cat sat on the mat.", "Lily went to the shop to buy some milk and bread for her mum.", "Bye."]
     corpus = tmp_path / 'stories.txt'
@@ -340,7 +340,7 @@ def test_step_seed_and_size_options(try_run, tmp_path, capsys):
 
 
 def test_train_fsdp_batch_size_from_the_shell(tmp_path, data_dir):
-    from sgatlin_nb.train import PRESETS
+    from sgatlin_nb.configs import PRESETS
     res = run_sgatlin(['train', '--config', 'test-tiny', '--out', 'runs/fsdp', '--steps', '2', '--batch-size', '4',
                        '--fsdp', '--profile', '1:2', '--quiet'], data_dir, cwd=tmp_path,
                       extra_env={'XLA_FLAGS': '--xla_force_host_platform_device_count=2'})

@@ -11,7 +11,8 @@ SCRIPT = textwrap.dedent('''
     import json, sys, jax
     from sgatlin_nb.gpu import (paper_presets, preset_ends, export_train_step, train_step_args, state_bytes, abstract_state,
                                 equal_flops_swiglu, lowering_counts)
-    from sgatlin_nb.train import make_mesh, state_shardings
+    from sgatlin_nb.distributed import make_mesh
+    from sgatlin_nb.train import state_shardings
     mesh = make_mesh()
     presets = dict(paper_presets())
     out = {'devices': jax.device_count(), 'lowered': {}, 'on_page': sorted(preset_ends()), 'counts': {}, 'twins': {},

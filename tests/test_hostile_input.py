@@ -196,7 +196,8 @@ def test_a_checkpoint_rotated_out_while_read_is_not_damage(data_dir, tmp_path, m
     """`eval` reads the newest checkpoint while the trainer saves a newer one and removes it: the reader lists the
     checkpoints again and reads the newer one, instead of calling the removed one damaged."""
     import sgatlin_nb.runs as runs
-    from sgatlin_nb.train import PRESETS, train
+    from sgatlin_nb.configs import PRESETS
+    from sgatlin_nb.train import train
     monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
     cfg = PRESETS["test-tiny"]
     train(dataclasses.replace(cfg, steps=20), "tinystories", tmp_path / "run", progress=False)

@@ -17,7 +17,8 @@ from sgatlin_nb.intervention import (ALL, PAPER_NOUNS, EncodedRows, KnowledgePai
                                      patch_experiment, regex_template_pairs, row_logit_diffs,
                                      spacy_template_pairs, template_pairs)
 from sgatlin_nb.model import SITES, ModelConfig, Patch, Transformer
-from sgatlin_nb.train import PRESETS, train
+from sgatlin_nb.configs import PRESETS
+from sgatlin_nb.train import train
 
 N_LAYERS, T = 3, 4
 

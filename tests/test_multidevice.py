@@ -10,7 +10,9 @@ SCRIPT = textwrap.dedent("""
     from pathlib import Path
     import jax
     from sgatlin_nb.runs import read_metrics
-    from sgatlin_nb.train import PRESETS, make_mesh, train, init_state, state_shardings
+    from sgatlin_nb.configs import PRESETS
+    from sgatlin_nb.distributed import make_mesh
+    from sgatlin_nb.train import train, init_state, state_shardings
     assert len(jax.devices()) == 4, jax.devices()
     cfg = dataclasses.replace(PRESETS['test-tiny'], steps=6, eval_every=6, ckpt_every=6)
     tmp = Path(tempfile.mkdtemp())
@@ -53,7 +55,9 @@ EQUAL_SCRIPT = textwrap.dedent("""
     from sgatlin_nb.baselines import FFWConfig
     from sgatlin_nb.gpu import one_block, paper_presets, partition_checks, partition_report
     from sgatlin_nb.model import ModelConfig, Transformer
-    from sgatlin_nb.train import data_parallel_grads, lm_loss, make_config, make_mesh, param_specs, state_shardings
+    from sgatlin_nb.configs import make_config
+    from sgatlin_nb.distributed import make_mesh, param_specs
+    from sgatlin_nb.train import data_parallel_grads, lm_loss, state_shardings
     assert jax.device_count() == 8
     mesh = make_mesh()
     gated = dict(d_ffw=256, n_channels=4, k=4, d_key=32)

@@ -20,7 +20,7 @@ from sgatlin_nb.model import Transformer
 from sgatlin_nb.neighbours import NeighbourIndex
 from sgatlin_nb.record import (SCHEMA_VERSION, CircuitDB, build_circuit_db, encode_documents,
                                gating_vectors, model_identity, pad_documents)
-from sgatlin_nb.train import PRESETS
+from sgatlin_nb.configs import PRESETS
 
 
 @pytest.fixture(scope="module")

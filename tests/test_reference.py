@@ -40,7 +40,8 @@ def test_export_reference_writes_the_committed_layout(tmp_path, data_dir, monkey
     from sgatlin_nb.data import read_texts
     from sgatlin_nb.reference import REFERENCE_DIR, check_reference, export_reference, reference_model, weights_fingerprint
     from sgatlin_nb.runs import RunError, load_run
-    from sgatlin_nb.train import PRESETS, train
+    from sgatlin_nb.configs import PRESETS
+    from sgatlin_nb.train import train
     # held out: 50 validation stories instead of all 1,000 (three evaluations per export; the layout is what is tested)
     reference.write_stories(list(read_texts(reference.HELDOUT))[:50], tmp_path / "valid-50.txt")
     monkeypatch.setattr(reference, "HELDOUT", str(tmp_path / "valid-50.txt"))
