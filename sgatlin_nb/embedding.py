@@ -166,7 +166,7 @@ def circuit_map(
         idx, sc = (a[rows] if channels is None else a[rows][:, list(channels)] for a in db.gates(l))
         near, dist = nearest_others(NeighbourIndex.from_gates(idx, sc, db.d_ffw), idx, sc, n_neighbours - 1)
         xy = umap_2d(gating_vectors(idx, sc, db.d_ffw), near, dist, n_epochs, seed)
-        points[f'x{l + 1}'], points[f'y{l + 1}'] = xy[:, 0].round(3), xy[:, 1].round(3)
+        points[f'x{l + 1}'], points[f'y{l + 1}'] = xy[:, 0].astype(float).round(3), xy[:, 1].astype(float).round(3)
     points.attrs.update(layers=layers, named=[token_label(t) for t in top.token[:n_colours]], channels=channels)
     return points
 
@@ -181,8 +181,9 @@ def map_chart(points: pd.DataFrame, by: str = 'group', size: int = 300, title: s
         colour = alt.Color('colour:N', title='input token', sort=named + ['other'],
                            scale=alt.Scale(domain=named + ['other'], range=PALETTE[:len(named)] + ['#d9d9d9']))
     grey = points[by] == 'other'
-    ordered = pd.concat([points[grey], points[~grey]])  # grey underneath
     layers = points.attrs.get('layers') or [int(c[1:]) - 1 for c in points.columns if c[0] == 'x' and c[1:].isdigit()]
+    shown = ['token', 'group'] + (['colour'] if by == 'colour' else []) + [f'{a}{l + 1}' for l in layers for a in 'xy']
+    ordered = pd.concat([points[grey], points[~grey]])[shown]  # grey underneath; only what the chart reads travels with the page
     panels = [alt.Chart(ordered, title=f'layer {l + 1}').mark_circle(size=8, opacity=0.7).encode(
                   x=alt.X(f'x{l + 1}:Q', axis=None), y=alt.Y(f'y{l + 1}:Q', axis=None), color=colour,
                   tooltip=['token:N', 'group:N']).properties(width=size, height=size) for l in layers]
