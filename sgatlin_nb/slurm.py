@@ -155,7 +155,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         '# every process initialises jax.distributed before the first cell (a no-op for a one-process task)',
         'export IPYTHONDIR="$TASK_DIR/ipython"',
         'mkdir -p "$IPYTHONDIR/profile_default/startup"',
-        "printf 'from sgatlin_nb.train import init_distributed\\ninit_distributed()\\n' "
+        "printf 'from sgatlin_nb.distributed import init_distributed\\ninit_distributed()\\n' "
         '> "$IPYTHONDIR/profile_default/startup/00-jax-distributed.py"',
         '# near the time limit Slurm sends USR1 here: requeue this task. Slurm then stops it with SIGTERM (training saves',
         '# a checkpoint) and starts it again later in the same folder. On SIGTERM, wait for the processes to finish.',
