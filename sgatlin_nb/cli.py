@@ -183,12 +183,27 @@ def patch(run: str = 'runs/tinystories-cpu',  # training run to patch
     return table
 
 # %% ../nbs/90_cli.ipynb #d899dc58
+def _layer_index(number: int | None, option: str) -> int | None:
+    "The index from 0 of the layer a user names as the pages do: 1 is the first layer, -1 the last."
+    if number is None: return None
+    if number == 0: raise RunError(f"{option} numbers layers from 1, as the pages do (-1 is the last); got 0")
+    return number - 1 if number > 0 else number
+
+@contextlib.contextmanager
+def _layer_numbers(option: str, typed):
+    "Turn a layer the model does not have into one line naming what the user typed and the layers there are."
+    try: yield
+    except ValueError as e:
+        from sgatlin_nb.record import LayerError
+        if not isinstance(e, LayerError): raise
+        raise RunError(f"{option} {typed}: this model's layers are 1 to {e.n_layers} (or -1 to -{e.n_layers} from the end)") from None
+
 def usage(run: str = 'runs/tinystories-cpu',  # training run to analyse
           out: str = None,                    # folder for the tables, charts and summary.json (default: RUN/usage)
           data: str = 'tinystories-valid',    # held-out stories to record the gates on
           n_stories: int = 128,               # how many stories (random, fixed by --seed)
           seed: int = 0,                      # which stories
-          layer: int = None,                  # layer of the coactivation figure (default: the penultimate)
+          layer: int = None,                  # layer of the coactivation figure, from 1 (negative counts from the end; default: the penultimate)
           channel: int = 0,                   # channel of the coactivation figure
           n_neurons: int = 128,               # first neurons shown in the coactivation figure
           step: int = None,                   # checkpoint step (default: latest)
@@ -196,8 +211,10 @@ def usage(run: str = 'runs/tinystories-cpu',  # training run to analyse
     "Neuron usage, Gini coefficients and sub-key coactivation of a run's sgatlin layers (tables + charts)."
     _not_a_run(out, 'usage')
     from sgatlin_nb.usage import usage_report
-    s = usage_report(run, out or Path(run) / 'usage', data=data, n_stories=n_stories, seed=seed,
-                     layer=layer, channel=channel, n_neurons=n_neurons, step=step, overwrite=overwrite)
+    with _layer_numbers('--layer', layer):
+        s = usage_report(run, out or Path(run) / 'usage', data=data, n_stories=n_stories, seed=seed,
+                         layer=_layer_index(layer, '--layer'), channel=channel, n_neurons=n_neurons, step=step,
+                         overwrite=overwrite)
     print(json.dumps(s, indent=1, default=str))
     return s
 
@@ -225,7 +242,7 @@ def neighbours(sentence: str,               # text to analyse (positional); best
                run: str = None,             # training run to query (default: the reference run, trained on first use)
                db: str = None,              # circuit database of that run (default: 128 held-out stories, recorded beside the run)
                out: str = 'neighbours',     # directory for neighbours.csv, neighbours.html and neighbours.png
-               layer: int = -2,             # layer to analyse (negative counts from the end: -2 is the penultimate)
+               layer: int = -2,             # layer to analyse, from 1 as the pages number them (negative counts from the end: -2 is the penultimate)
                k: int = 10,                 # neighbours per token
                focus: str = None,           # part of the sentence to tabulate (default: all of it)
                width: int = 8,              # context tokens on each side of a neighbour
@@ -233,8 +250,9 @@ def neighbours(sentence: str,               # text to analyse (positional); best
                quiet: bool = False):        # no progress bar
     "The nearest recorded circuits of each token of a sentence: a table and a heatmap like the paper's figure 6."
     from sgatlin_nb.neighbours import write_neighbours
-    paths = write_neighbours(sentence, out, run=run, db=db, layer=layer, k=k, focus=focus, width=width,
-                             overwrite=overwrite, progress=not quiet)
+    with _layer_numbers('--layer', layer):
+        paths = write_neighbours(sentence, out, run=run, db=db, layer=_layer_index(layer, '--layer'), k=k, focus=focus,
+                                 width=width, overwrite=overwrite, progress=not quiet)
     print(json.dumps({n: str(v) for n, v in paths.items()}, indent=1))
     return paths
 
@@ -248,7 +266,7 @@ def _int_list(text: str | None, option: str) -> list[int] | None:
 def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circuit database (made by `sgatlin record`)
         out: str = None,             # folder for map.html, map.png, points.csv and purity.csv (default: DB/map)
         n_top: int = 100,            # the most frequent story tokens mapped
-        layers: str = None,          # layers to map, e.g. 1,2 (0 is the first; negative counts from the end; default: all)
+        layers: str = None,          # layers to map, e.g. 1,2 (1 is the first, as on the pages; negative counts from the end; default: all)
         channels: str = None,        # channels of the gating vector, e.g. 0 as in the paper (default: all, joined)
         by: str = 'group',           # colour by token group or by the most frequent tokens (colour)
         n_epochs: int = 200,         # UMAP epochs
@@ -257,9 +275,12 @@ def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circ
         quiet: bool = False):        # no progress bar
     "A UMAP map of the circuits of the most frequent tokens, per layer, and how pure their token groups are (figure 5 of the paper)."
     from sgatlin_nb.embedding import write_map
-    files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by, layers=_int_list(layers, '--layers'),
-                      channels=_int_list(channels, '--channels'), n_epochs=n_epochs, seed=seed, overwrite=overwrite,
-                      progress=not quiet)
+    numbers = _int_list(layers, '--layers')
+    with _layer_numbers('--layers', layers):
+        files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by,
+                          layers=None if numbers is None else [_layer_index(n, '--layers') for n in numbers],
+                          channels=_int_list(channels, '--channels'), n_epochs=n_epochs, seed=seed, overwrite=overwrite,
+                          progress=not quiet)
     print(json.dumps({n: str(v) for n, v in files.items()}, indent=1))
     return files
 
@@ -281,7 +302,7 @@ def pages(run: str = None,             # training run or exported model (default
     print(f"{Path(out) / 'index.html'}: {json.dumps({k: v for k, v in summary.items() if not isinstance(v, (dict, list))})}")
     return summary
 
-def neuron(layer: int = None,      # the neuron's layer (negative counts from the end)
+def neuron(layer: int = None,      # the neuron's layer, from 1 as the pages number them (negative counts from the end)
            channel: int = None,    # its channel
            neuron: int = None,     # its index in the channel, a·sqrt(d_ffw) + b
            run: str = None,        # training run or exported model (default: the committed reference model)
@@ -295,8 +316,9 @@ def neuron(layer: int = None,      # the neuron's layer (negative counts from th
     missing = [f'--{n}' for n, v in (('layer', layer), ('channel', channel), ('neuron', neuron)) if v is None]
     if missing: raise RunError(f"name the neuron: {', '.join(missing)} (e.g. --layer 1 --channel 0 --neuron 517)")
     from sgatlin_nb.pages import write_neuron_page
-    path = write_neuron_page(layer, channel, neuron, out, run=run, db=db, contexts=contexts, width=width,
-                             overwrite=overwrite, progress=not quiet)
+    with _layer_numbers('--layer', layer):
+        path = write_neuron_page(_layer_index(layer, '--layer'), channel, neuron, out, run=run, db=db, contexts=contexts,
+                                 width=width, overwrite=overwrite, progress=not quiet)
     print(path)
     return path
 
@@ -398,10 +420,10 @@ EXAMPLES = {
     'export': 'sgatlin export --run runs/try --out runs/try-export',
     'runs': 'sgatlin runs --root runs',
     'record': 'sgatlin record --run runs/try --out runs/try/circuits --n-docs 32',
-    'neighbours': 'sgatlin neighbours "The little dog was happy." --run runs/try --db runs/try/circuits --out runs/try/neighbours --layer 0',
+    'neighbours': 'sgatlin neighbours "The little dog was happy." --run runs/try --db runs/try/circuits --out runs/try/neighbours --layer 1',
     'map': 'sgatlin map --db runs/try/circuits --out runs/try/map --n-epochs 50',
     'pages': 'sgatlin pages --run runs/try --db runs/try/circuits --out runs/try/pages --per-layer 4 --contexts 3 --graph "The dog was"',
-    'neuron': 'sgatlin neuron --run runs/try --db runs/try/circuits --layer 0 --channel 1 --neuron 17 --out runs/try/neuron.html',
+    'neuron': 'sgatlin neuron --run runs/try --db runs/try/circuits --layer 1 --channel 1 --neuron 17 --out runs/try/neuron.html',
     'graph': 'sgatlin graph "The little dog was" --run runs/try --target " happy" --out runs/try/graph',
     'patch': 'sgatlin patch --run runs/try --out runs/try/patching --min-count 1 --n-boot 200',
     'usage': 'sgatlin usage --run runs/try --out runs/try/usage --n-stories 16 --n-neurons 64',

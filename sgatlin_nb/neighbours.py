@@ -259,7 +259,7 @@ def write_neighbours(
     else:
         circuits = CircuitDB(db, expect={'model': model_identity(model, tokenizer)})
     table = neighbour_table(model, tokenizer, circuits, sentence, layer=layer, k=k, focus=focus, width=width)
-    chart = neighbour_chart(table, f'layer {circuits.layer(layer)} of {cfg.model.n_layers}: nearest circuits in '
+    chart = neighbour_chart(table, f'layer {circuits.layer(layer) + 1} of {cfg.model.n_layers}: nearest circuits in '
                                    f'{circuits.manifest["dataset"]["name"]}')
     out.mkdir(parents=True, exist_ok=True)
     with into_place(paths['table']) as tmp: table.to_csv(tmp, index=False)

@@ -262,12 +262,12 @@ def pages_template() -> jinja2.Template:
     return env.get_template('pages.html.j2')
 
 def neuron_name(layer: int, channel: int, neuron: int) -> str:
-    "How the pages name a neuron: `L1 C2 N345` (layer and channel counted from 0)."
-    return f'L{layer} C{channel} N{neuron}'
+    "How the pages name the neuron at layer index `layer` (from 0): `L2 C0 N345` is layer 2 (layers are numbered from 1 on every page), channel 0, neuron 345 (channels and neurons are indices, from 0)."
+    return f'L{layer + 1} C{channel} N{neuron}'
 
 def neuron_file(layer: int, channel: int, neuron: int) -> str:
     "A neuron page's path inside the site."
-    return f'neurons/L{layer}_C{channel}_N{neuron}.html'
+    return f'neurons/L{layer + 1}_C{channel}_N{neuron}.html'
 
 def circuit_file(row: int) -> str:
     "A circuit page's path inside the site."
@@ -365,17 +365,17 @@ def neuron_html(data: SiteData, layer: int, channel: int, neuron: int,
     R, F = data.R, db.d_ffw
     rank = f"{int(n['rank'])} of {int(data.firing.get(layer, 0))}" if n.fires else "—"
     cards = [(f"{n.rate:.2%}", f"firing rate: {int(n.fires):,} of {db.n_rows:,} recorded tokens select it"),
-             (rank, f"usage rank among the firing neurons of layer {layer}"),
+             (rank, f"usage rank among the firing neurons of layer {layer + 1}"),
              (f"a = {n.a}, b = {n.b}", f"sub-keys: neuron = a·{R} + b"),
              (f"{n.share_row:.0%} / {n.share_column:.0%}", "co-selections sharing its row a / column b")]
     last = layer == db.n_layers - 1
     out_note = (f"Each value is (w_out ⊙ γ)·e_v, with γ the final RMSNorm's gain and e_v the tied embedding of token v. When the "
                 f"neuron fires with gate score g and input a, its output g·a·w_out changes the logit of v directly by g·a·(w_out ⊙ γ)·e_v / rms(h), "
                 f"rms(h) being the final residual stream's RMS at that token: exact up to that positive per-token factor, as long as "
-                + ("the final RMS is held fixed; layer {} is the last, so nothing comes after it.".format(layer) if last else
-                   f"the final RMS is held fixed, and ignoring what layers {layer + 1}–{db.n_layers - 1} make of the output "
+                + ("the final RMS is held fixed; layer {} is the last, so nothing comes after it.".format(layer + 1) if last else
+                   f"the final RMS is held fixed, and ignoring what layers {layer + 2}–{db.n_layers} make of the output "
                    f"(the contributions above include that)."))
-    in_note = (f"Each value is a_v = (w_in ⊙ γ)·e_v / rms(e_v), with γ the gain of layer {layer}'s feedforward RMSNorm: the "
+    in_note = (f"Each value is a_v = (w_in ⊙ γ)·e_v / rms(e_v), with γ the gain of layer {layer + 1}'s feedforward RMSNorm: the "
                f"neuron's input a if the residual stream at the token held only token v's embedding. The stream also carries "
                f"attention outputs{' and the output of earlier layers' if layer else ''}, so this is exact only for the embedding's share.")
     chance = (R - 1) / (F - 1)
@@ -384,9 +384,11 @@ def neuron_html(data: SiteData, layer: int, channel: int, neuron: int,
                     f"this neuron's {int(n.co_selections):,} co-selections, {n.share_row:.0%} share its row and {n.share_column:.0%} its "
                     f"column, against {chance:.1%} each if partners were drawn uniformly from the other {F - 1:,} neurons.")
     return pages_template().render(
-        kind='neuron', title=f"Neuron {neuron_name(layer, channel, neuron)}: layer {layer}, channel {channel}, neuron {neuron}",
-        up=up, layers=list(range(db.n_layers)) if site else [], cards=cards, contexts=contexts, writes=writes, reads=reads,
+        kind='neuron', title=f"Neuron {neuron_name(layer, channel, neuron)}: layer {layer + 1}, channel {channel}, neuron {neuron}",
+        up=up, layers=_numbers(db) if site else [], cards=cards, contexts=contexts, writes=writes, reads=reads,
         partners=partners, out_note=out_note, in_note=in_note, partner_note=partner_note, footer=_footer(db))
+
+def _numbers(db: CircuitDB) -> list[int]: return list(range(1, db.n_layers + 1))  # layer numbers, as the pages show them
 
 def _footer(db: CircuitDB) -> str:
     d = db.manifest['dataset']
@@ -407,7 +409,7 @@ def circuit_html(data: SiteData, row: int) -> str:
     for l, g in mine.groupby('layer'):
         g = g.sort_values('contribution', ascending=False, kind='stable')
         nb = data.neighbours_of[row, l]
-        tables.append({'layer': l, 'note': (f"Its {Ck} neurons, by contribution: together {g.contribution.sum():+.3f} of the logit "
+        tables.append({'layer': l + 1, 'note': (f"Its {Ck} neurons, by contribution: together {g.contribution.sum():+.3f} of the logit "
                                             f"{logit:.3f}, largest {g.contribution.iloc[0]:+.3f}, smallest {g.contribution.iloc[-1]:+.3f}."),
                        'rows': [{**_neuron_ref(l, n.channel, n.neuron, up, linked), 'cells': _cells(
                                      n.channel, n.neuron // data.R, n.neuron % data.R, f'{n.score:.3f}', _signed(n.input, '+.3f'),
@@ -422,7 +424,7 @@ def circuit_html(data: SiteData, row: int) -> str:
              f"network frozen at this input (attention weights, RMS scales and gates held fixed). Removing the neuron from the "
              f"frozen network lowers the logit by exactly its contribution.")
     return pages_template().render(kind='circuit', title=f"Circuit of {token_label(c['token'])!r} at row {row}", up=up,
-                                   layers=list(range(db.n_layers)), context=_context(c, row, None), intro=intro,
+                                   layers=_numbers(db), context=_context(c, row, None), intro=intro,
                                    layer_tables=tables, footer=_footer(db))
 
 LAYER_COLUMNS = [('rank', 'number'), ('neuron', 'text'), ('channel', 'number'), ('a', 'number'), ('b', 'number'),
@@ -434,11 +436,11 @@ def layer_html(data: SiteData, layer: int) -> str:
     db = data.db
     g = data.neurons[data.neurons.layer == layer]
     rows = [{**n._asdict(), **_neuron_ref(layer, n.channel, n.neuron, '', {(layer, n.channel, n.neuron)})} for n in g.itertuples()]
-    intro = (f"The {len(g)} most-firing of the {int(data.firing.get(layer, 0)):,} neurons of layer {layer} that fire in the "
+    intro = (f"The {len(g)} most-firing of the {int(data.firing.get(layer, 0)):,} neurons of layer {layer + 1} that fire in the "
              f"database ({db.n_channels} channels × {db.d_ffw:,} neurons). Rate: the fraction of the {db.n_rows:,} recorded tokens "
              f"that select the neuron. Share row / column: of its co-selections (the other neurons of its channel chosen at the "
              f"same token), the fraction sharing its sub-key a or b.")
-    return pages_template().render(kind='layer', title=f"Layer {layer}: neurons by firing rate", up='', layers=list(range(db.n_layers)),
+    return pages_template().render(kind='layer', title=f"Layer {layer + 1}: neurons by firing rate", up='', layers=_numbers(db),
                                    intro=intro, columns=LAYER_COLUMNS, rows=rows, footer=_footer(db))
 
 # %% ../nbs/17_pages.ipynb #92098e3f
@@ -449,7 +451,7 @@ def index_html(data: SiteData, summary: dict) -> str:
     for l in range(db.n_layers):
         g = data.neurons[data.neurons.layer == l]
         t = g.iloc[0]
-        layer_rows.append({'layer': l, 'pages': len(g), 'firing': f"{int(data.firing.get(l, 0)):,} of {db.n_channels * db.d_ffw:,}",
+        layer_rows.append({'layer': l + 1, 'pages': len(g), 'firing': f"{int(data.firing.get(l, 0)):,} of {db.n_channels * db.d_ffw:,}",
                            'top': _neuron_ref(l, t.channel, t.neuron, '', {(l, t.channel, t.neuron)}), 'top_rate': f"{t.rate:.1%}"})
     cards = [(f"{db.n_rows:,}", f"recorded tokens (circuits) of {db.manifest['counts']['documents']} documents"),
              (f"{summary['neuron_pages']:,}", "neuron pages"), (f"{summary['circuit_pages']:,}", "circuit pages"),
@@ -462,7 +464,7 @@ def index_html(data: SiteData, summary: dict) -> str:
              f"contribution to the logit of the model's top prediction, and the nearest recorded circuits of other documents.",
              summary['choice']]
     return pages_template().render(kind='index', title=f"Neurons and circuits of a {db.n_layers}-layer sgatlin model", up='',
-                                   layers=list(range(db.n_layers)), cards=cards, layer_rows=layer_rows, about=about,
+                                   layers=_numbers(db), cards=cards, layer_rows=layer_rows, about=about,
                                    graphs=summary.get('graphs', []), footer=_footer(db))
 
 def _load(run, db, progress: bool = True) -> tuple[Transformer, object, CircuitDB]:
@@ -520,7 +522,7 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
     for r in tqdm(data.circuit_rows, desc='circuit pages', disable=not progress):
         n_bytes += _write(tmp / circuit_file(r), circuit_html(data, int(r)))
     for l in range(cdb.n_layers):
-        n_bytes += _write(tmp / f'layer{l}.html', layer_html(data, l))
+        n_bytes += _write(tmp / f'layer{l + 1}.html', layer_html(data, l))
     graph_rows = []
     for i, prompt in enumerate(tqdm(list(graphs), desc='graph pages', disable=not progress or not graphs)):
         linked = lambda l, c, n: '../../' + neuron_file(l, c, n) if (tmp / neuron_file(l, c, n)).is_file() else None

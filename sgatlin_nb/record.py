@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['TOP_PREDICTIONS', 'FORMAT', 'SCHEMA_VERSION', 'Recording', 'record_batch', 'encode_documents', 'padded_length',
            'pad_documents', 'db_schemas', 'gate_shape', 'params_hash', 'model_identity', 'token_strings',
-           'build_circuit_db', 'gating_vectors', 'CircuitDB', 'sample_texts', 'record_run', 'reference_circuit_db']
+           'build_circuit_db', 'gating_vectors', 'LayerError', 'layer_index', 'CircuitDB', 'sample_texts', 'record_run',
+           'reference_circuit_db']
 
 # %% ../nbs/10_record.ipynb #778eeae2
 import dataclasses
@@ -264,6 +265,19 @@ def _shown(path: Path) -> str:
     try: return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError: return path.name
 
+class LayerError(ValueError):
+    "A layer that a model of `n_layers` layers does not have."
+    def __init__(self, layer, n_layers: int):
+        self.layer, self.n_layers = layer, n_layers
+        super().__init__(f"layer must be an integer index in [{-n_layers}, {n_layers}) (0 is the first layer, -1 the last; "
+                         f"the pages number them 1 to {n_layers}), got {layer!r}")
+
+def layer_index(layer, n_layers: int) -> int:
+    "The index from 0 of `layer` in a model of `n_layers` layers; `layer` may count from the end (-1 is the last)."
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -n_layers <= layer < n_layers:
+        raise LayerError(layer, n_layers)
+    return int(layer) % n_layers
+
 class CircuitDB:
     "A circuit database directory: its manifest, documents, tokens and per-layer gates, read from Parquet."
     def __init__(self,
@@ -307,10 +321,8 @@ class CircuitDB:
         return pd.read_parquet(self.path / 'documents.parquet')
 
     def layer(self, layer: int) -> int:
-        "The layer number for `layer`, which may count from the end (-1 is the last layer)."
-        if not isinstance(layer, (int, np.integer)) or not -self.n_layers <= layer < self.n_layers:
-            raise ValueError(f"layer must be an integer in [{-self.n_layers}, {self.n_layers}), got {layer!r}")
-        return int(layer) % self.n_layers
+        "The index from 0 of `layer`, which may count from the end (-1 is the last layer): `layer_index`."
+        return layer_index(layer, self.n_layers)
 
     def gates(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         "A layer's recorded gates: indices `[N, C, k]` int32 and scores `[N, C, k]` float32."

@@ -281,6 +281,7 @@ def run_point(point: Point, protocol: Protocol, out: str | Path, tokenizer: str 
         ev, last = next(r for r in final if 'eval_loss' in r), next(r for r in final if 'loss' in r)
         record |= {'eval_loss': ev['eval_loss'], 'eval_ppl': ev['eval_ppl'], 'unigram_ppl': s['unigram_ppl'],
                    'loss': last['loss'], 'tokens_per_s': last['tokens_per_s'], 'error': None}
+        if 'eval_ppl_batches' in ev: record['eval_ppl_batches'] = ev['eval_ppl_batches']  # the authors' definition (06)
     except RunError as e:
         record |= {'eval_loss': None, 'eval_ppl': None, 'error': str(e)}
     return record | {'wall_s': time.perf_counter() - t0} | made

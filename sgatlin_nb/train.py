@@ -6,9 +6,10 @@
 __all__ = ['PAIRED', 'WHOLE_CORPUS_BYTES', 'TOKENIZER_TEXT_BYTES', 'wsd_sqrt_schedule', 'decay_mask', 'make_optimizer',
            'token_losses', 'masked_token_losses', 'lm_loss', 'data_parallel_grads', 'resolve_steps', 'train_batch',
            'tokenized_whole', 'run_tokens', 'prepare_data', 'init_state', 'state_shardings', 'make_train_step',
-           'make_eval_step', 'evaluate', 'abstract_state', 'state_bytes', 'activation_bytes', 'gathered_bytes',
-           'memory_estimate', 'device_memory', 'DoesNotFit', 'memory_preflight', 'xla_memory', 'xla_preflight',
-           'sample_text', 'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
+           'routed_choices', 'usage_counts', 'usage_stats', 'make_eval_step', 'evaluate', 'abstract_state',
+           'state_bytes', 'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit',
+           'memory_preflight', 'xla_memory', 'xla_preflight', 'sample_text', 'train', 'DiskFull', 'held_stderr',
+           'disk_full', 'cached_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import contextlib
@@ -87,11 +88,15 @@ def token_losses(logits_BxTxV, targets_BxT):
     "Per-token cross-entropy in float32."
     return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV.astype(jnp.float32), targets_BxT)
 
-def masked_token_losses(model, tokens_BxT1):
-    "Per-target cross-entropy of rows `[B, T+1]`, zero where the target is `PAD_TARGET`, and the mask of real targets."
+def masked_token_losses(model, tokens_BxT1, gates: bool = False):
+    """Per-target cross-entropy of rows `[B, T+1]`, zero where the target is `PAD_TARGET`, and the mask of real targets;
+    with `gates`, also every layer's `Gates` stacked `[L, B, T, ...]` (a routed feedforward layer only)."""
     inputs_BxT, targets_BxT = tokens_BxT1[:, :-1], tokens_BxT1[:, 1:]
     real_BxT = targets_BxT != PAD_TARGET
-    losses_BxT = token_losses(model(jnp.where(inputs_BxT == PAD_TARGET, 0, inputs_BxT)), jnp.where(real_BxT, targets_BxT, 0))
+    out = model(jnp.where(inputs_BxT == PAD_TARGET, 0, inputs_BxT), sites=('gates',) if gates else ())
+    logits_BxTxV = out[0] if gates else out
+    losses_BxT = token_losses(logits_BxTxV, jnp.where(real_BxT, targets_BxT, 0))
+    if gates: return jnp.where(real_BxT, losses_BxT, 0.0), real_BxT, out[1]['gates']
     return jnp.where(real_BxT, losses_BxT, 0.0), real_BxT
 
 def lm_loss(params, graphdef, tokens_BxT1):
@@ -222,36 +227,66 @@ def make_train_step(graphdef, tx, grad_accum: int, shardings, mesh: Mesh,
     return jax.jit(step, in_shardings=(shardings, NamedSharding(mesh, P('data'))),
                    out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=0)
 
+def routed_choices(ffw) -> int:
+    "How many neurons or experts a token's router chooses among in one layer of `ffw` (an `FFWConfig`); 0 for dense layers."
+    return {'sgatlin': ffw.d_ffw, 'peer': ffw.d_ffw, 'moe': ffw.n_experts}.get(ffw.kind, 0)
+
+def usage_counts(indices, real_BxT, n_choices: int):
+    "How often each neuron (expert) is chosen per layer, at real targets: `[L, n_choices]` float32 from gate indices `[L, B, T, ...]`."
+    L = indices.shape[0]
+    idx = indices.reshape(L, real_BxT.size, -1)                # every head/channel's choices of a token, pooled
+    w = jnp.broadcast_to(real_BxT.reshape(1, -1, 1), idx.shape).astype(jnp.float32)
+    return jax.vmap(lambda i, w: jnp.zeros(n_choices, jnp.float32).at[i.reshape(-1)].add(w.reshape(-1)))(idx, w)
+
+def usage_stats(counts) -> dict:
+    "Per layer, from usage counts `[L, n]`: the fraction of neurons (experts) chosen at least once, and the entropy of usage over log(n)."
+    counts = np.asarray(counts, np.float64)
+    p = counts / np.maximum(counts.sum(-1, keepdims=True), 1.0)
+    entropy = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1) / np.log(counts.shape[-1])
+    return {'usage_fraction': (counts > 0).mean(-1).round(6).tolist(), 'usage_entropy': entropy.round(6).tolist()}
+
 def make_eval_step(graphdef, mesh: Mesh | None = None,
                    shardings=None):  # the parameters' shardings on `mesh` (default: replicated)
-    "Jitted `(params, batch) -> (sum of token losses, token count)`; with a `mesh`, each device scores its own rows."
+    """Jitted `(params, batch) -> (sum of token losses, token count, usage counts [L, n])`, the counts of `usage_counts`
+    (`[L, 0]` for a dense feedforward layer); with a `mesh`, each device scores its own rows."""
     def local(params, batch):
-        losses, real = masked_token_losses(nnx.merge(graphdef, params), batch)
-        return losses.sum(), real.sum().astype(jnp.float32)
+        model = nnx.merge(graphdef, params)
+        n = routed_choices(model.cfg.ffw)
+        if not n:
+            losses, real = masked_token_losses(model, batch)
+            return losses.sum(), real.sum().astype(jnp.float32), jnp.zeros((model.cfg.n_layers, 0), jnp.float32)
+        losses, real, gates = masked_token_losses(model, batch, gates=True)
+        return losses.sum(), real.sum().astype(jnp.float32), usage_counts(gates.indices, real, n)
     if mesh is None or mesh.size == 1:
         return jax.jit(local)
     def sharded(params, batch):
         specs = param_specs(shardings) if shardings is not None else jax.tree.map(lambda _: P(), params)
         def per_device(p, b):
-            s, c = local(gather_params(p, specs, jnp.float32), b)
-            return jax.lax.psum(s, 'data'), jax.lax.psum(c, 'data')
+            return jax.tree.map(lambda v: jax.lax.psum(v, 'data'), local(gather_params(p, specs, jnp.float32), b))
         return jax.shard_map(per_device, mesh=mesh, in_specs=(specs, P('data')), out_specs=P(), check_vma=False)(params, batch)
     return jax.jit(sharded)
 
 def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_tokens: int,
              batching: str = 'packed', mesh: Mesh | None = None) -> dict:
-    "Token-weighted held-out loss and perplexity over (at most) `max_tokens` real target tokens (batches split over `mesh` if given)."
-    total, count = 0.0, 0.0
+    """Held-out loss and perplexity over (at most) `max_tokens` real target tokens (batches split over `mesh` if given):
+    `eval_ppl` is `exp` of the token-weighted mean loss; `eval_ppl_batches` the authors' test perplexity, the mean over
+    batches of `exp` of each batch's mean loss, over the same batches. A routed layer's model also gets `usage_stats`
+    of the neurons (experts) its tokens chose, per layer."""
+    total, count, batch_ppl, n_batches, used = 0.0, 0.0, 0.0, 0, None
     batches = eval_batches if batching == 'packed' else eval_document_batches
     for batch in batches(token_file, batch_size, seq_len):
         if mesh is not None:  # a short last batch is padded with rows that have no target, one share per device
             pad = -batch.shape[0] % mesh.shape['data']
             batch = np.concatenate([batch, np.full((pad, batch.shape[1]), PAD_TARGET, batch.dtype)])
-        s, c = eval_step(params, shard_batch(batch, mesh) if mesh is not None else jnp.asarray(batch))
+        s, c, u = eval_step(params, shard_batch(batch, mesh) if mesh is not None else jnp.asarray(batch))
         total, count = total + float(s), count + float(c)
+        used = np.asarray(u, np.float64) if used is None else used + np.asarray(u)
+        if float(c) > 0: batch_ppl, n_batches = batch_ppl + math.exp(min(float(s) / float(c), 50.0)), n_batches + 1
         if count >= max_tokens: break
     loss = total / max(count, 1.0)
-    return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count)}
+    return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count),
+            'eval_ppl_batches': batch_ppl / max(n_batches, 1),
+            **(usage_stats(used) if used is not None and used.shape[-1] else {})}
 
 
 # %% ../nbs/06_train.ipynb #e23a0002

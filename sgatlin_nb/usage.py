@@ -23,6 +23,7 @@ from scipy import stats
 
 from .data import EOT, PAD, read_texts
 from .layers import check_positive
+from .record import layer_index
 from .runs import into_place, load_run, refuse_existing, save_chart
 
 # %% ../nbs/14_usage.ipynb #3ca6041e
@@ -299,7 +300,7 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
                  data: str = 'tinystories-valid', # held-out corpus: a name under $SGATLIN_DATA_DIR, a path, or a hub name
                  n_stories: int = 128,            # documents drawn at random from `data`
                  seed: int = 0,                   # seed of the draw and of the permutation control
-                 layer: int | None = None,        # layer of the coactivation matrix (default: the penultimate)
+                 layer: int | None = None,        # layer index of the coactivation matrix (0 is the first, -1 the last; default: the penultimate)
                  channel: int = 0,                # channel of the coactivation matrix
                  n_neurons: int = 128,            # the coactivation matrix shows neurons 0..n_neurons-1 (> sqrt(d_ffw): all kinds of pair)
                  step: int | None = None,         # checkpoint step (default: latest)
@@ -311,8 +312,7 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
     if mc.ffw.kind != 'sgatlin':
         raise ValueError(f"usage needs an sgatlin model (ffw.kind='sgatlin'), this run has ffw.kind={mc.ffw.kind!r}")
     F = mc.ffw.d_ffw
-    layer = max(mc.n_layers - 2, 0) if layer is None else layer
-    if not 0 <= layer < mc.n_layers: raise ValueError(f"layer must be in [0, {mc.n_layers}), got {layer}")
+    layer = layer_index(max(mc.n_layers - 2, 0) if layer is None else layer, mc.n_layers)
     if not 0 <= channel < mc.ffw.n_channels: raise ValueError(f"channel must be in [0, {mc.ffw.n_channels}), got {channel}")
     if not 1 <= n_neurons <= F: raise ValueError(f"n_neurons must be in [1, d_ffw={F}], got {n_neurons}")
     check_positive(n_stories=n_stories)
@@ -341,7 +341,7 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
                'uniform gini (distinct tokens)': float(usage['uniform gini (distinct tokens)'].mean()),
                'gini per sequence (distinct tokens)': float(usage['gini per sequence (distinct tokens)'].mean()),
                'uniform gini per sequence (distinct tokens)': float(usage['uniform gini per sequence (distinct tokens)'].mean()),
-               'coactivation layer': layer, 'coactivation channel': channel,
+               'coactivation layer': layer + 1, 'coactivation channel': channel,  # numbered from 1, as on the pages
                'sharing ratio': float(shares['sharing ratio'].mean()),  # whole channels, all layers
                'mean coactivation': sharing_summary(co, F)['mean coactivation'].to_dict()}
     with into_place(files['summary.json']) as tmp: tmp.write_text(json.dumps(summary, indent=1))

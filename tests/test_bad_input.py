@@ -270,12 +270,12 @@ def test_circuit_database_of_another_model_or_schema(tmp_path, data_dir, run20):
     manifest = json.loads(original)
     before = snapshot(db)
     line = _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(other), "--db", str(db), "--out",
-                               str(tmp_path / "nb"), "--layer", "0", "--quiet"], data_dir), "model.params: database")
+                               str(tmp_path / "nb"), "--layer", "1", "--quiet"], data_dir), "model.params: database")
     assert manifest["model"]["params"] in line, "the database's fingerprint is shown"
     assert line.count("'") >= 4, "and the run's next to it"
     (db / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 0}))
     _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(run20), "--db", str(db), "--out", str(tmp_path / "nb"),
-                        "--layer", "0", "--quiet"], data_dir), "schema version 0", "reads version 1")
+                        "--layer", "1", "--quiet"], data_dir), "schema version 0", "reads version 1")
     (db / "manifest.json").write_bytes(original)
     assert snapshot(db) == before and not (tmp_path / "nb").exists()
 

@@ -109,7 +109,7 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
         assert numbers['eval_ppl'] < vocab, numbers  # 20 steps already beat a uniform guess over the vocabulary
     if name == 'pages':  # 4 neurons of the one layer, each a page the index links to
         site = json.loads((workdir / 'runs/try/pages/site.json').read_text())
-        layer = (workdir / 'runs/try/pages/layer0.html').read_text()
+        layer = (workdir / 'runs/try/pages/layer1.html').read_text()
         neurons = sorted((workdir / 'runs/try/pages/neurons').glob('*.html'))
         assert site['neuron_pages'] == len(neurons) == 4 and all(p.name in layer for p in neurons), (site, neurons)
         assert site['circuit_pages'] == len(list((workdir / 'runs/try/pages/circuits').glob('*.html'))) >= 1, site
@@ -159,7 +159,7 @@ def test_map_layers_channels_by(try_run, tmp_path, capsys):
     # bad lists and values: one line, status 2
     for option, value, message in [('--layers', '1,x', "--layers takes integers separated by commas, e.g. 1,2; got '1,x'"),
                                    ('--channels', '0,y', "--channels takes integers separated by commas"),
-                                   ('--layers', '1', "layer must be an integer in [-1, 1), got 1"),
+                                   ('--layers', '2', "--layers 2: this model's layers are 1 to 1"),
                                    ('--channels', '2', "channels must be a subset of range(2), got [2]")]:
         assert main(argv + ['--out', str(tmp_path / 'bad'), option, value]) == 2, (option, value)
         assert message in _one_error_line(capsys, 'map')
@@ -232,7 +232,7 @@ def test_neighbours_of_the_reference_model(data_dir, tmp_path, monkeypatch):
     assert table.neighbour.tolist() == db.tokens.token_str.iloc[rows].tolist()
     assert table.context.tolist() == [db.context(r, 2) for r in rows]  # --width 2
     assert table.context.tolist() != [db.context(r, 8) for r in rows]
-    title = f'layer {db.n_layers - 2} of {db.n_layers}: nearest circuits in {db.manifest["dataset"]["name"]}'
+    title = f'layer {db.n_layers - 1} of {db.n_layers}: nearest circuits in {db.manifest["dataset"]["name"]}'
     assert db.n_layers == 4 and title in (tmp_path / 'neighbours/neighbours.html').read_text()  # -2: the penultimate
 
 
@@ -277,14 +277,15 @@ def test_usage_layer_channel(try_run, tmp_path, capsys):
     from sgatlin_nb.usage import coactivation
     db = CircuitDB('runs/try/circuits')  # the `record` example: 32 random held-out stories, seed 0, as `usage` draws them
     argv = ['usage', '--run', 'runs/try', '--n-stories', str(db.manifest['counts']['documents']), '--n-neurons', '64']
-    assert main(argv + ['--out', str(tmp_path / 'u'), '--layer', '0', '--channel', '1']) == 0
+    assert main(argv + ['--out', str(tmp_path / 'u'), '--layer', '1', '--channel', '1']) == 0
     summary = json.loads((tmp_path / 'u/summary.json').read_text())
-    assert (summary['coactivation layer'], summary['coactivation channel']) == (0, 1)
+    assert (summary['coactivation layer'], summary['coactivation channel']) == (1, 1)  # numbered from 1, as the pages do
     # the figure's matrix is channel 1's, as counted from the database's gates, and not channel 0's
     shown = pd.read_csv(tmp_path / 'u/coactivation.csv', index_col=0).to_numpy()
     want = {c: coactivation(db.gates(0)[0], db.d_ffw, range(64), c).conditional for c in (0, 1)}
     assert np.allclose(shown, want[1], equal_nan=True) and not np.allclose(shown, want[0], equal_nan=True)
-    for option, value, message in [('--layer', '1', 'layer must be in [0, 1), got 1'),
+    for option, value, message in [('--layer', '2', "--layer 2: this model's layers are 1 to 1"),
+                                   ('--layer', '0', '--layer numbers layers from 1'),
                                    ('--channel', '2', 'channel must be in [0, 2), got 2')]:
         assert main(argv + ['--out', str(tmp_path / 'bad'), option, value]) == 2
         assert message in _one_error_line(capsys, 'usage')
@@ -319,7 +320,7 @@ def test_step_seed_and_size_options(try_run, tmp_path, capsys):
     table = lambda d: (tmp_path / d / 'coactivation.csv').read_text()
     assert steps == [20, 20, 30] and table('u1') != table('u2') and table('u1') != table('u3')  # the seed and the step count
     top = int(np.bincount(CircuitDB('runs/try/circuits').gates(0)[0][:, 1].ravel()).argmax())  # channel 1's most-firing neuron
-    neuron = ['neuron', '--run', 'runs/try', '--db', 'runs/try/circuits', '--layer', '0', '--channel', '1', '--neuron', str(top), '--quiet']
+    neuron = ['neuron', '--run', 'runs/try', '--db', 'runs/try/circuits', '--layer', '1', '--channel', '1', '--neuron', str(top), '--quiet']
     out(neuron + ['--out', str(tmp_path / 'n3.html'), '--contexts', '3', '--width', '2'])
     out(neuron + ['--out', str(tmp_path / 'n6.html'), '--contexts', '6', '--width', '5'])
     n3, n6 = ((tmp_path / f).read_text() for f in ('n3.html', 'n6.html'))

@@ -14,7 +14,7 @@ any chart is blank in the screenshot. Pages and screenshots are kept in build/do
 
 Nor may a page show what a reader should never see (`shown_problems`). Only outputs are read, as the browser shows
 them (text of each code cell's output area, scripts aside, and of its table cells); sources and prose are what the
-author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Five kinds:
+author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Six kinds:
   - repr: a Python object's default repr, `<function f at 0x7f...>` or any `<... at 0x...>`, also with the address
     stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), or a page's own class named `__main__.X`,
     show_doc signatures included;
@@ -24,9 +24,12 @@ author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence 
   - warning: a `RuntimeWarning` in any output (stderr included);
   - nan: a table cell (HTML or Markdown table of an output) reading NaN, inf, -inf, Infinity, <NA> or NaT, alone or
     within a formatted value ("nan %"); show_doc's parameter tables are exempt (a default of inf is a signature);
-  - ansi: a terminal colour code (ESC[...m) in an output's raw text, which the page draws as faint coloured text.
+  - ansi: a terminal colour code (ESC[...m) in an output's raw text, which the page draws as faint coloured text;
+  - signature: in a show_doc entry, a class written as a function (`def SparselyGatedLinear(`: the package's classes
+    are CamelCase, its functions snake_case), a bare `(*args, **kwargs)`, or a private module path (`jax._src.x`):
+    what nbs/93_docs.ipynb's renderer mends.
 A cell whose output is meant to show one of these says so with a cell tag (cell metadata "tags", which nbdev-clean
-keeps): `expect-repr`, `expect-path`, `expect-warning`, `expect-nan` or `expect-ansi`; that kind is then not checked in that cell's
+keeps): `expect-repr`, `expect-path`, `expect-warning`, `expect-nan`, `expect-ansi` or `expect-signature`; that kind is then not checked in that cell's
 outputs. Use it only where the page really means it (a page that shows how NaN is reported, say).
 
 Executed notebooks come from $SGATLIN_EXECUTED_NBS (scripts/test.sh sets it to the copy its
@@ -311,13 +314,14 @@ SHOWN_JS = """return [...document.querySelectorAll('.jp-CodeCell')].map(cell => 
 })"""
 
 EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "warning": "expect-warning", "nan": "expect-nan",
-              "ansi": "expect-ansi"}
+              "ansi": "expect-ansi", "signature": "expect-signature"}
 _REPR = re.compile(r"<[^<>\n]*(?:<[^<>\n]*>[^<>\n]*)* at 0x[0-9a-fA-F]+>"  # <function <lambda> at 0x7f...> too
                    r"|<(?:function|bound method|built-in function|built-in method) [^<>\n]*(?:<[^<>\n]*>[^<>\n]*)*>"
                    r"|<[\w.]+ object>"
                    r"|\b__main__\.\w+")  # a page's own class by the name nbdev's kernel gives it (`__main__.TopK`)
 _WARNING = re.compile(r"\bRuntimeWarning\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour codes: the page draws them as faint coloured text
+_SIGNATURE = re.compile(r"\bdef [A-Z]\w*\(|\(\s*\*args, \*\*kwargs\s*\)|\b[A-Za-z]\w*(?:\.\w+)*\._[A-Za-z]\w*\.")
 
 
 def _raw_text(outputs) -> str:
@@ -361,6 +365,8 @@ def shown_problems(page_nb, shown: list[dict], folders: list[str]) -> list[tuple
                   ("ansi", _ANSI, [_raw_text(cell.get("outputs", []))])]
         if not re.search(r"\bshow_doc\(", cell.source):
             checks.append(("nan", _MISSING, out["table_cells"]))
+        else:
+            checks.append(("signature", _SIGNATURE, [text]))
         for kind, pat, texts in checks:
             if EXPECT_TAG[kind] in tags:
                 continue
@@ -385,27 +391,33 @@ def test_shown_problems_are_caught(browser, tmp_path):
         "warning": out("/x/numpy/core/_methods.py:48: RuntimeWarning: invalid value encountered\n", "stderr"),
         "nan": html(table),
         "ansi": out("State({\n  \x1b[38;2;79;201;177mkernel\x1b[0m: (2, 3)\n})\n"),
+        "signature": md("```python\ndef SparselyGatedLinear(\n    dtype:jax._src.numpy.scalar_types._ScalarMeta=float32\n):\n```"),
     }
     cells = [nbformat.v4.new_markdown_cell("# Checks\n\nNaN and inf in prose, a path `/tmp/run` in an example.")]
+    source = lambda kind: "show_doc(SparselyGatedLinear)" if kind == "signature" else ""  # only show_doc entries are read for it
     for kind, outputs in bad.items():
-        cells.append(nbformat.v4.new_code_cell(f"# shows a {kind}", outputs=outputs))
+        cells.append(nbformat.v4.new_code_cell(f"{source(kind)}  # shows a {kind}", outputs=outputs))
     for kind, outputs in bad.items():  # the same, meant
-        cells.append(nbformat.v4.new_code_cell(f"# means a {kind}", outputs=outputs, metadata={"tags": [EXPECT_TAG[kind]]}))
-    cells += [  # what is fine (code, prose, relative paths, words), but for a computed Markdown table's nan (cell 11)
-        # and the repr in a show_doc signature (cell 12; its parameter table's default of inf is fine)
+        cells.append(nbformat.v4.new_code_cell(f"{source(kind)}  # means a {kind}", outputs=outputs,
+                                               metadata={"tags": [EXPECT_TAG[kind]]}))
+    n = 2 * len(bad)
+    cells += [  # what is fine (code, prose, relative paths, words), but for a computed Markdown table's nan (cell n + 1)
+        # and the repr in a show_doc signature (cell n + 2; its parameter table's default of inf is fine), and a
+        # class printed by code that is not a show_doc entry (cell n + 4)
         nbformat.v4.new_code_cell("x = float('nan')  # NaN in code\nout = '/tmp/run'", outputs=html(ok_table)),
         nbformat.v4.new_code_cell("", outputs=md("| step | loss |\n|---|---|\n| 1 | nan % |"),
                                   metadata={"tags": ["remove_input"]}),
         nbformat.v4.new_code_cell("show_doc(train)", outputs=md("### train\n\n| | Default |\n|--|--|\n| max_steps | inf |\n\n"
                                                                 ">      train (f=<function relu at 0x7f00>)")),
         nbformat.v4.new_code_cell("print(rel)", outputs=out("runs/tmp/a, see https://x.org/tmp/b, /tmpfs not a path, a page's scratch /tmp/tmpk2j4x9qz/r\n")),
+        nbformat.v4.new_code_cell("print(raw)", outputs=out("def SparselyGatedLinear(\n    dtype:jax._src.numpy.scalar_types._ScalarMeta=float32\n")),
     ]
     nb = nbformat.v4.new_notebook(cells=cells)
     page = tmp_path / "checks.html"
     page.write_text(render_page(nb, "Checks"), encoding="utf-8")
     browser.get(page.as_uri())
     found = shown_problems(nb, browser.execute_script(SHOWN_JS), build_folders())
-    assert [f[:2] for f in found] == [*enumerate(bad), (11, "nan"), (12, "repr")], found
+    assert [f[:2] for f in found] == [*enumerate(bad), (n + 1, "nan"), (n + 2, "repr")], found
     lines = [f[2] for f in found]
     assert "relu at 0x7f3a2b1c" in lines[0] and "(and 1 more)" in lines[0] and "/tmp/sgatlin_executed" in lines[1] and "-inf" in lines[3] and "(and 1 more)" in lines[3], lines
 

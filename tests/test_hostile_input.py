@@ -98,7 +98,7 @@ def test_analyses_refuse_to_replace_files(hostile_db, tmp_path, capsys, monkeypa
     db, _ = hostile_db
     run = str(reference_run())
     monkeypatch.chdir(tmp_path)
-    cases = {"neuron": (["neuron", "--run", run, "--db", str(db.path), "--layer", "0", "--channel", "0", "--neuron", "0",
+    cases = {"neuron": (["neuron", "--run", run, "--db", str(db.path), "--layer", "1", "--channel", "0", "--neuron", "0",
                          "--out", "mine/run.json", "--quiet"], ["run.json"]),
              "usage": (["usage", "--run", run, "--out", "mine", "--n-stories", "4"], ["usage.csv"]),
              "neighbours": (["neighbours", "A cat.", "--run", run, "--db", str(db.path), "--out", "mine", "--quiet"],
@@ -184,7 +184,7 @@ def test_damaged_parquet_is_one_line_for_pages_and_neuron(hostile_db, tmp_path, 
     f = damaged / "gates_layer0.parquet"
     f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     run = str(reference_run())
-    _refused(capsys, ["neuron", "--run", run, "--db", str(damaged), "--layer", "0", "--channel", "0", "--neuron", "0",
+    _refused(capsys, ["neuron", "--run", run, "--db", str(damaged), "--layer", "1", "--channel", "0", "--neuron", "0",
                       "--out", str(tmp_path / "n.html"), "--quiet"], f"the circuit database {damaged} cannot be read",
              "sgatlin record")
     _refused(capsys, ["pages", "--run", run, "--db", str(damaged), "--out", str(tmp_path / "site"), "--quiet"],

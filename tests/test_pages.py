@@ -106,6 +106,7 @@ def test_site_in_chromium(site, browser):
     # a neuron page: its firing rate against a plain loop over the recorded gates
     browser.find_element(By.LINK_TEXT, " ".join(name)).click()
     layer, channel, neuron = (int(p[1:]) for p in name)
+    layer -= 1  # the pages number layers from 1
     idx, _ = db.gates(layer)
     count = 0
     for token in range(db.n_rows):
@@ -155,7 +156,7 @@ def test_graph_view_links_to_the_site(site, browser, tmp_path):
     linked = 0
     for d in drawn:
         l, c, n = map(int, re.match(r"layer (\d+) channel (\d+) neuron (\d+)", d["title"]).groups())
-        name = f"L{l - 1}_C{c}_N{n}.html"  # the view counts layers from 1, page files from 0
+        name = f"L{l}_C{c}_N{n}.html"  # the view, the page files and their titles number layers from 1
         assert (d["href"] is not None) == (name in pages), d
         if d["href"]:
             assert (out / d["href"]).resolve() == (site_dir / "neurons" / name).resolve(), d
@@ -164,7 +165,7 @@ def test_graph_view_links_to_the_site(site, browser, tmp_path):
     first = next(d for d in drawn if d["href"])
     browser.execute_script("document.querySelector('circle.node').closest('svg').querySelector('a').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
     l, c, n = map(int, re.match(r"layer (\d+) channel (\d+) neuron (\d+)", first["title"]).groups())
-    assert f"Neuron L{l - 1} C{c} N{n}" in browser.title, browser.title
+    assert f"Neuron L{l} C{c} N{n}" in browser.title, browser.title
     assert browser.execute_script("return window.__pageErrors") == []
     _shot(browser, "graph_linked_neuron")
     # the site's own graph page: listed on the index, drawn, its neuron links inside the site
