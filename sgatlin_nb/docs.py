@@ -9,7 +9,8 @@ __all__ = ['public_annotations', 'class_signature', 'SiteRenderer']
 import inspect
 import re
 
-from fastcore.docments import DocmentText, _type_str
+import fastcore.docments
+from fastcore.docments import DocmentText
 from nbdev.showdoc import BasicMarkdownRenderer
 
 # %% ../nbs/93_docs.ipynb #d93a0008
@@ -20,9 +21,10 @@ def _is_private(path: str) -> bool: return any(p.startswith('_') for p in path.s
 def public_annotations(signature: str) -> str:
     """`signature` (fastcore's text) without private module paths: an annotation naming a private class (fastcore
     inferred it from the default, like `dtype=jnp.float32`'s `_ScalarMeta`) is left out, the default says the same;
-    a public class reached through a private module is named from its package (`jax.jaxlib._jax.Array`: `jax.Array`)."""
+    a public class reached through a private module is named from its package (jax's array class reads `jax.Array`);
+    a class of the page itself loses its `__main__.` (nbdev runs a page's exported code as `__main__`)."""
     def drop(m): return '' if _is_private(m[1]) and m[1].rsplit('.', 1)[-1].startswith('_') else m[0]
-    signature = re.sub(r":([A-Za-z_][\w.]*)(?==|,|\n|$)", drop, signature)
+    signature = re.sub(r":([A-Za-z_][\w.]*)(?==|,|\n|$)", drop, re.sub(r"\b__main__\.", "", signature))
     return _DOTTED.sub(lambda m: f"{m[0].split('.')[0]}.{m[0].rsplit('.', 1)[-1]}" if _is_private(m[0]) else m[0], signature)
 
 def _base_names(cls: type) -> str:
@@ -34,7 +36,7 @@ def class_signature(cls: type, text: str) -> str:
     name = cls.__qualname__
     if hasattr(cls, '_fields') and issubclass(cls, tuple):  # a NamedTuple: its fields are its parameters
         notes = getattr(cls, '__annotations__', {})
-        fields = [f"    {f}: {_type_str(notes[f])}" if f in notes else f"    {f}" for f in cls._fields]
+        fields = [f"    {f}: {fastcore.docments._type_str(notes[f])}" if f in notes else f"    {f}" for f in cls._fields]
         return f"class {name}(NamedTuple):\n" + '\n'.join(fields)
     params = [p for p, _ in DocmentText(cls, docstring=False).params]
     if params == ['*args', '**kwargs'] and '__init__' not in vars(cls):  # parameters only from a base's __init__

@@ -1,5 +1,6 @@
 import os
 import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,21 @@ def slurm() -> str:
     if res.returncode:
         pytest.fail(f"scripts/slurm.sh start failed (status {res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
     return subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
+
+
+def slurm_delays() -> dict:
+    """How long the running cluster makes a requeued job wait, read from `scontrol show config` (Slurm's defaults where a
+    setting is absent): `requeue_s`, cred_expire + 1 seconds before a requeued job may start again (AuthInfo; default
+    120), and `sched_s`, the seconds between the scheduler's passes (SchedulerParameters sched_interval; default 60).
+    The tests derive their waits from these, so a cluster started elsewhere with other settings only makes them longer."""
+    res = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, f"scontrol show config failed: {res.stderr[-2000:]}"
+    def setting(name: str, option: str, default: int) -> int:
+        line = re.search(rf"^{name}\s*=\s*(.*)$", res.stdout, re.M)
+        value = re.search(rf"\b{option}=(\d+)", line[1]) if line else None
+        return int(value[1]) if value else default
+    return {"requeue_s": setting("AuthInfo", "cred_expire", 120) + 1,
+            "sched_s": setting("SchedulerParameters", "sched_interval", 60)}
 
 
 # scripts/test.sh runs pytest on two workers (pytest-xdist, `-n 2 --no-loadscope-reorder`) with the scheduler below:

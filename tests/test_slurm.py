@@ -18,7 +18,7 @@ import yaml
 from sgatlin_nb.slurm import SUBMISSION, sbatch_script, submit, sweep_tasks, wait_run
 from sgatlin_nb.runs import RunError
 
-from conftest import run_sgatlin, sgatlin_cmd
+from conftest import run_sgatlin, sgatlin_cmd, slurm_delays
 from test_multiprocess import _close, _metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,9 +240,11 @@ def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, 
             time.sleep(0.2)
         at = max(_metrics(out)[1])
         assert 15 <= at < STEPS, at
+        delays = slurm_delays()  # the wait before the job runs again is the cluster's, not ours: read it
+        bound = delays["requeue_s"] + 2 * delays["sched_s"] + 370  # then the start-up and the rest of training
         subprocess.run(["scontrol", "requeue", job], check=True)
         t_requeue = time.time()
-        while (state := _job_field(job, "JobState")) != ["COMPLETED"] and time.time() - t_requeue < 400:
+        while (state := _job_field(job, "JobState")) != ["COMPLETED"] and time.time() - t_requeue < bound:
             # one reading per pass: a second one could already say COMPLETED
             assert state[0] in ("RUNNING", "COMPLETING", "PENDING", "REQUEUED"), log.read_text()
             time.sleep(1)
@@ -278,7 +280,8 @@ def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slur
     t0 = time.time()
     job = submit(str(tmp_path / "slow.ipynb"), gpus_per_node=0, cpus_per_task=1, time="00:01:00", signal_s=50,
                  run_dir=str(run_dir), log=lines.append)
-    rows = wait_run(run_dir, poll_s=1, timeout_s=240, log=lines.append)
+    delays = slurm_delays()  # the time limit, the cluster's requeue delay and scheduler passes, then a second short run
+    rows = wait_run(run_dir, poll_s=1, timeout_s=60 + delays["requeue_s"] + 2 * delays["sched_s"] + 150, log=lines.append)
     log = (run_dir / "0" / f"slurm-{job}.log").read_text()
     assert [r["state"] for r in rows] == ["COMPLETED"] and (run_dir / "0" / "done").exists(), (lines, log)
     assert f"time limit near: requeueing job {job}" in log and "DUE TO JOB REQUEUE" in log, log
