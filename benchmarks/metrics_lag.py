@@ -13,10 +13,10 @@ import time
 
 import jax
 
-from sgatlin_nb.data import batch_at
+from sgatlin_nb.data import batch_at, prepare_data
 from sgatlin_nb.configs import PRESETS
 from sgatlin_nb.distributed import make_mesh, shard_batch
-from sgatlin_nb.train import init_state, make_train_step, prepare_data, state_shardings
+from sgatlin_nb.train import init_state, make_train_step, state_shardings
 
 
 def main():

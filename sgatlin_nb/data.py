@@ -4,13 +4,15 @@
 
 # %% auto #0
 __all__ = ['DATA_DIR_ENV', 'SAMPLES_DIR', 'CORPORA', 'STREAMED', 'EOT', 'PAD', 'MAX_LINE_BYTES', 'TOKENIZERS', 'GPT2_HUB',
-           'SPLITS', 'PAD_TARGET', 'BATCHINGS', 'Corpus', 'data_root', 'resolve_corpus', 'read_texts',
-           'repair_mojibake', 'train_tokenizer', 'load_tokenizer', 'eot_id', 'tokenizer_hash', 'token_dtype',
-           'is_heldout', 'sidecar_path', 'TokenFile', 'packed_ids', 'tokenize_corpus', 'tokenize_split', 'batch_at',
-           'eval_batches', 'document_rows', 'epoch_steps', 'document_batch_at', 'eval_document_batches',
-           'unigram_cross_entropy']
+           'SPLITS', 'PAD_TARGET', 'BATCHINGS', 'PAIRED', 'WHOLE_CORPUS_BYTES', 'TOKENIZER_TEXT_BYTES', 'Corpus',
+           'data_root', 'resolve_corpus', 'read_texts', 'repair_mojibake', 'train_tokenizer', 'load_tokenizer',
+           'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path', 'TokenFile', 'packed_ids',
+           'tokenize_corpus', 'tokenize_split', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps',
+           'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy', 'DataError', 'tokenized_whole',
+           'run_tokens', 'prepare_data', 'resolve_steps', 'train_batch']
 
 # %% ../nbs/05_data.ipynb #07cc9d32
+import dataclasses
 import hashlib
 import gzip
 import io
@@ -524,3 +526,83 @@ def unigram_cross_entropy(
     seen = held_V > 0
     with np.errstate(divide='ignore'):
         return float(-(held_V[seen] * np.log(p_V[seen])).sum() / held_V.sum())
+
+# %% ../nbs/05_data.ipynb #rd000002
+class DataError(ValueError):
+    "The data cannot feed a run as configured; the message says what to change."
+
+PAIRED = {'tinystories': ('tinystories-train', 'tinystories-valid')}  # name: (train corpus, validation corpus)
+WHOLE_CORPUS_BYTES = 256 * 2 ** 20  # local corpora up to this size are tokenized whole; larger or streamed ones, what a run uses
+TOKENIZER_TEXT_BYTES = 256 * 2 ** 20  # `tokenizer='train'` learns its merges from at most this much text of a large corpus
+
+def tokenized_whole(corpus: Corpus) -> bool:
+    "Whether a run tokenizes all of `corpus`: a local file or folder of at most `WHOLE_CORPUS_BYTES`."
+    if corpus.path is None: return False
+    files = [corpus.path] if corpus.path.is_file() else [p for p in corpus.path.rglob('*') if p.is_file()]
+    return sum(p.stat().st_size for p in files) <= WHOLE_CORPUS_BYTES
+
+def run_tokens(cfg) -> tuple[tuple, tuple]:
+    """`(max_tokens, row_len)` of the training and of the held-out file of a run (`cfg`, a `TrainConfig`): what its steps and evaluations read.
+    Training: steps x batch x (seq_len + 1), counted as one-document rows for document batches (None with `epochs`,
+    which reads everything). Held-out: `eval_tokens` and one row; twice that for document rows, whose padding and
+    closing end-of-text are not targets."""
+    row = cfg.model.seq_len + 1
+    train = (None, None) if cfg.epochs else (cfg.steps * cfg.batch_size * row, row if cfg.batching == 'document' else None)
+    held = (2 * cfg.eval_tokens + cfg.batch_size * row, row) if cfg.eval_batching == 'document' else (cfg.eval_tokens + row, None)
+    return train, held
+
+def _first_bytes(texts: Iterable[str], limit: int) -> Iterator[str]:
+    "The documents of `texts` until `limit` bytes of text have been given."
+    n = 0
+    for t in texts:
+        if n >= limit: return
+        n += len(t.encode())
+        yield t
+
+def prepare_data(cfg, data: str, out: Path, progress: bool = True, reuse_tokenizer: bool = True):
+    """Tokenizer and packed train/held-out token files of the run `cfg` (a `TrainConfig`) for `data` in the run directory `out` (reused if present).
+    `reuse_tokenizer=False` (a run's first start) makes the tokenizer anew even if `out/tokenizer.json` exists: a first
+    start that was interrupted may have left one made with other settings. Token files record their tokenizer's hash."""
+    train_src, paired = PAIRED.get(data, (data, None))
+    valid_src = (paired or 'hash') if cfg.heldout == 'auto' else cfg.heldout
+    corpus = resolve_corpus(train_src)
+    whole = tokenized_whole(corpus)
+    (t_cap, t_row), (h_cap, h_row) = ((None, None), (None, None)) if whole else run_tokens(cfg)
+    tok_path = out / 'tokenizer.json'
+    if tok_path.exists() and reuse_tokenizer:
+        tokenizer = load_tokenizer(tok_path)
+    elif cfg.tokenizer == 'train':
+        texts = read_texts(corpus)
+        tokenizer = train_tokenizer(texts if whole else _first_bytes(texts, TOKENIZER_TEXT_BYTES), vocab_size=cfg.model.vocab_size)
+    else:
+        tokenizer = load_tokenizer(cfg.tokenizer)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (tok_path.exists() and reuse_tokenizer):
+        tokenizer.save(str(tok_path.with_name('tokenizer.json.partial')))
+        os.replace(tok_path.with_name('tokenizer.json.partial'), tok_path)
+    (out / 'data').mkdir(exist_ok=True)
+    if valid_src == 'hash':  # one pass writes both
+        train, valid = tokenize_split(corpus, tokenizer, out / 'data' / 'train.bin', out / 'data' / 'valid.bin',
+                                      max_tokens=(t_cap, h_cap), row_len=(t_row, h_row), progress=progress)
+    else:
+        train = tokenize_corpus(corpus, tokenizer, out / 'data' / 'train.bin', max_tokens=t_cap, row_len=t_row, progress=progress)
+        held = resolve_corpus(valid_src)
+        h_cap, h_row = (None, None) if tokenized_whole(held) else run_tokens(cfg)[1]
+        valid = tokenize_corpus(held, tokenizer, out / 'data' / 'valid.bin', max_tokens=h_cap, row_len=h_row, progress=progress)
+    for name, tf in [('training', train), ('held-out', valid)]:
+        if len(tf) < cfg.model.seq_len + 2:
+            raise DataError(f"the {name} data of {data!r} has only {len(tf)} tokens, fewer than one sequence of "
+                            f"{cfg.model.seq_len + 1}: use a larger corpus or a shorter seq_len")
+    return tokenizer, train, valid
+
+def resolve_steps(cfg, token_file):
+    "The run config `cfg` (a `TrainConfig`) with `steps` set to `epochs` passes over the training tokens when `epochs` is set; else `cfg` itself."
+    if not cfg.epochs: return cfg
+    steps = cfg.epochs * epoch_steps(token_file, cfg.batch_size, cfg.model.seq_len, cfg.batching)
+    if steps < 1: raise DataError(f"{token_file.path} is too small for one batch of {cfg.batch_size} in batching={cfg.batching!r}")
+    return dataclasses.replace(cfg, steps=steps, warmup_steps=min(cfg.warmup_steps, steps))
+
+def train_batch(cfg, token_file, step: int) -> np.ndarray:
+    "Training batch `step` of `cfg`: `[batch_size, seq_len + 1]` int32 rows, packed or one document each."
+    fn = batch_at if cfg.batching == 'packed' else document_batch_at
+    return fn(token_file, cfg.seed, step, cfg.batch_size, cfg.model.seq_len)

@@ -33,7 +33,7 @@ from flax import nnx
 from tqdm import tqdm
 
 from . import __version__
-from .data import load_tokenizer, read_texts, tokenize_corpus
+from .data import PAIRED, load_tokenizer, read_texts, tokenize_corpus
 from .intervention import (
     NOT_ADJECTIVES, KnowledgePair, bos_id, encode_rows, known_pairs, match_pairs, noun_adjective_rows, patch_experiment,
     regex_template_pairs, row_logit_diffs, single_token_pairs)
@@ -42,7 +42,7 @@ from .embedding import circuit_map, map_chart, token_label
 from .record import CircuitDB, record_run
 from .reference import REFERENCE_DIR, check_reference
 from .configs import PRESETS, make_config
-from .train import PAIRED, sample_text, train
+from .train import sample_text, train
 from .runs import RunError, TrainConfig, code_identity, load_run, one_line, read_metrics, save_chart
 from .usage import usage_report
 

@@ -26,9 +26,8 @@ import pandas as pd
 from flax import nnx
 from scipy.optimize import linear_sum_assignment
 
-from .data import EOT, read_texts
+from .data import EOT, PAIRED, read_texts
 from .model import SITES, Transformer
-from .train import PAIRED
 from .runs import RunError, exported, into_place, load_run, refuse_existing, save_chart
 
 # %% ../nbs/13_intervention.ipynb #5e2b15aa

@@ -23,7 +23,7 @@ import sgatlin_nb
 from .data import EOT, TokenFile, read_texts, resolve_corpus, tokenize_corpus, unigram_cross_entropy
 from .configs import PRESETS
 from .train import evaluate, make_eval_step, sample_text, train
-from .runs import RunError, export_run, load_run, read_metrics
+from .runs import RunError, code_identity, export_run, load_run, read_metrics
 
 # %% ../nbs/09_reference.ipynb #9c39a815
 TRAIN_FILES = ('tinystories/train_head_2316.txt', 'tinystories/random_subset_3000.txt')
@@ -121,6 +121,7 @@ def export_reference(run: str | Path, dest: str | Path | None = None) -> dict:
     metrics = read_metrics(run)
     manifest = {
         'format': 'sgatlin-reference-model', 'version': 2, 'package_version': sgatlin_nb.__version__,
+        'code': {'trained': json.loads((run / 'run.json').read_text()).get('code', 'not recorded'), 'exported': code_identity()},
         'command': COMMAND, 'config': cfg.to_dict(), 'step': step,
         'tokenizer': {'name': cfg.tokenizer, 'sha256': file_sha256(run / 'tokenizer.json')},
         'data': {'train': {name: file_sha256(resolve(name)) for name in TRAIN_FILES},

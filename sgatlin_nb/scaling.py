@@ -5,19 +5,22 @@
 # %% auto #0
 __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDER', 'PAPER_RECIPE', 'CPU_RECIPE',
            'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
-           'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol',
-           'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point',
-           'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points',
-           'isoflop_chart', 'sparsity_chart', 'frontier', 'fit_frontier', 'fits_cross', 'bootstrap_crossover',
-           'frontier_chart', 'sweep_flops']
+           'NOISE_SETTINGS', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol',
+           'same_protocol', 'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer',
+           'run_point', 'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame',
+           'best_points', 'isoflop_chart', 'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance',
+           'frontier', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
 import json
 import math
 import os
+import platform
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,11 +34,11 @@ import pandas as pd
 from . import __version__
 from .baselines import FFWConfig
 from .complexity import ACCOUNTINGS, model_flops, tokens_for_budget, training_flops
-from .data import read_texts, train_tokenizer
+from .data import PAIRED, read_texts, train_tokenizer
 from .layers import check_positive
 from .model import ModelConfig, config_params
 from .configs import config_yaml, make_config
-from .train import PAIRED, train
+from .train import train
 from .runs import RunError, TrainConfig, code_identity, read_metrics
 
 # %% ../nbs/07_scaling.ipynb #20297b91
@@ -403,6 +406,47 @@ def sparsity_chart(df: pd.DataFrame, corpus: str) -> alt.LayerChart:
         color=alt.Color('variant:N', sort=list(LADDER_KINDS)), tooltip=_TOOLTIP,
         shape=alt.Shape('budget:O', title='budget', legend=alt.Legend(labelExpr=_BUDGET_LABEL)))
     return (lines + dots).properties(width=380, height=260, title=f'Best perplexity against compute sparsity ({corpus})')
+
+# %% ../nbs/07_scaling.ipynb #nz000002
+def retrain_run(results_path: str | Path, key: str, protocol: Protocol) -> dict:
+    "Run `key` of the results file `results_path` trained again by today's code in a temporary folder: its new record (the file is left as it is)."
+    results = read_results(results_path)
+    if not any(r['key'] == key for r in results['runs']): raise RunError(f"{results_path} holds no run {key!r}")
+    record = next(r for r in results['runs'] if r['key'] == key)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / 'results.json'
+        copy.write_text(json.dumps({**results, 'runs': [r for r in results['runs'] if r['key'] != key]}))
+        again = run_sweep([record_point(record)], protocol, copy, work_dir=Path(tmp) / 'runs', log=None)
+    return next(r for r in again if r['key'] == key)
+
+NOISE_SETTINGS = {  # XLA flags of each rerun: each count of forced CPU devices sums a step's gradients in another order,
+    '1 device': '', '2 devices': '--xla_force_host_platform_device_count=2',  # and an older instruction set (x86 only)
+    '4 devices': '--xla_force_host_platform_device_count=4', '8 devices': '--xla_force_host_platform_device_count=8',
+    '1 device, AVX2': '--xla_cpu_max_isa=AVX2', '1 device, SSE4.2': '--xla_cpu_max_isa=SSE4_2'}  # another CPU's kernels
+
+def rerun_noise(results_path: str | Path, key: str, settings: dict | None = None) -> dict:
+    """Run `key` of a results file of `CPU_PROTOCOL` trained again under each of `settings` (XLA flags by name; default
+    `NOISE_SETTINGS`, its instruction sets on x86 only), one subprocess each since XLA reads its flags when it starts:
+    `{key, committed, reruns: {setting: perplexity}, code, machine}`, the committed and rerun held-out perplexities."""
+    if settings is None:
+        settings = {k: v for k, v in NOISE_SETTINGS.items() if 'isa' not in v or platform.machine() in ('x86_64', 'AMD64')}
+    results_path = Path(results_path).resolve()
+    committed = next((r for r in read_results(results_path)['runs'] if r['key'] == key), None)
+    if committed is None: raise RunError(f"{results_path} holds no run {key!r}")
+    script = ("import json, sys; from sgatlin_nb.scaling import CPU_PROTOCOL, retrain_run; "
+              "print(json.dumps(retrain_run(sys.argv[1], sys.argv[2], CPU_PROTOCOL)['eval_ppl']))")
+    reruns = {}
+    for name, flags in settings.items():
+        env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()}
+        out = subprocess.run([sys.executable, '-c', script, str(results_path), key], env=env, capture_output=True, text=True)
+        if out.returncode: raise RunError(f"retraining {key} ({name}) failed: {out.stderr.strip().splitlines()[-1:]}")
+        reruns[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    return {'key': key, 'committed': committed['eval_ppl'], 'reruns': reruns, 'code': code_identity(),
+            'machine': f'{platform.machine()}, {os.cpu_count()} cores'}
+
+def noise_tolerance(noise: dict, factor: float = 3.0) -> float:
+    "`factor` times the largest relative difference between the committed run and a rerun that `rerun_noise` measured."
+    return factor * max(abs(p / noise['committed'] - 1) for p in noise['reruns'].values())
 
 # %% ../nbs/07_scaling.ipynb #ext36a1
 def frontier(df: pd.DataFrame, corpus: str = 'tinystories') -> pd.DataFrame:

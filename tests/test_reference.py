@@ -39,7 +39,7 @@ def test_export_reference_writes_the_committed_layout(tmp_path, data_dir, monkey
     from sgatlin_nb import reference
     from sgatlin_nb.data import read_texts
     from sgatlin_nb.reference import REFERENCE_DIR, check_reference, export_reference, reference_model, weights_fingerprint
-    from sgatlin_nb.runs import RunError, load_run
+    from sgatlin_nb.runs import RunError, code_identity, load_run
     from sgatlin_nb.configs import PRESETS
     from sgatlin_nb.train import train
     # held out: 50 validation stories instead of all 1,000 (three evaluations per export; the layout is what is tested)
@@ -53,6 +53,9 @@ def test_export_reference_writes_the_committed_layout(tmp_path, data_dir, monkey
     assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in REFERENCE_DIR.iterdir())
     assert list(manifest) == list(committed) and list(manifest["eval"]) == list(committed["eval"])
     assert {k: manifest[k] for k in ("format", "version")} == {k: committed[k] for k in ("format", "version")}
+    # the code that trained the run (its run.json) and the code that exported it (this code) are both named
+    assert manifest["code"] == {"trained": json.loads((tmp_path / "run" / "run.json").read_text())["code"], "exported": code_identity()}
+    assert all(committed["code"][k].startswith("src-") for k in ("trained", "exported"))
     assert check_reference(dest) == manifest
     _, _, _, params, step = load_run(tmp_path / "run")
     _, _, _, stored, at = reference_model(dest)

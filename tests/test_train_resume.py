@@ -12,7 +12,7 @@ import pytest
 from conftest import run_sgatlin, sgatlin_cmd
 
 import sgatlin_nb.train as T
-from sgatlin_nb.data import TokenFile, read_texts
+from sgatlin_nb.data import TokenFile, read_texts, resolve_steps
 
 STEPS = 160
 COMMON = ["train", "--config", "test-tiny", "--steps", str(STEPS), "--quiet"]  # test-tiny: a checkpoint every 10 steps
@@ -157,7 +157,7 @@ def epochs_run(tmp_path_factory, data_dir):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SGATLIN_DATA_DIR", str(data_dir))  # the sgatlin tokenizer
         summary = T.train(EPOCHS, str(data), folder / "run", progress=False)
-    assert T.resolve_steps(EPOCHS, TokenFile(folder / "run" / "data" / "train.bin")).steps == 2 * EPOCH_STEPS
+    assert resolve_steps(EPOCHS, TokenFile(folder / "run" / "data" / "train.bin")).steps == 2 * EPOCH_STEPS
     assert summary["step"] == 2 * EPOCH_STEPS and _saved(folder / "run") == [10, 2 * EPOCH_STEPS], summary
     return str(data), folder / "run"
 
