@@ -411,8 +411,8 @@ def sparsity_chart(df: pd.DataFrame, corpus: str) -> alt.LayerChart:
 def retrain_run(results_path: str | Path, key: str, protocol: Protocol) -> dict:
     "Run `key` of the results file `results_path` trained again by today's code in a temporary folder: its new record (the file is left as it is)."
     results = read_results(results_path)
-    if not any(r['key'] == key for r in results['runs']): raise RunError(f"{results_path} holds no run {key!r}")
-    record = next(r for r in results['runs'] if r['key'] == key)
+    record = next((r for r in results['runs'] if r['key'] == key), None)
+    if record is None: raise RunError(f"{results_path} holds no run {key!r}")
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / 'results.json'
         copy.write_text(json.dumps({**results, 'runs': [r for r in results['runs'] if r['key'] != key]}))
