@@ -5,7 +5,8 @@
 # %% auto #0
 __all__ = ['MLP_ACTIVATIONS', 'SWIGLU_VARIANTS', 'GPT_OSS_ALPHA', 'GPT_OSS_LIMIT', 'MOE_SOFTMAX', 'DTYPES', 'FFW_KINDS',
            'check_mlp_config', 'MLP', 'swiglu', 'check_swiglu_config', 'SwiGLU', 'Dispatch', 'block_dispatch',
-           'check_moe_config', 'MoE', 'peer_neurons', 'check_peer_config', 'PEER', 'FFWConfig', 'make_ffw']
+           'dispatch_rows', 'combine_rows', 'check_moe_config', 'MoE', 'peer_neurons', 'check_peer_config', 'PEER',
+           'FFWConfig', 'make_ffw']
 
 # %% ../nbs/02_baselines.ipynb #e0bdc5ce
 import dataclasses
@@ -17,7 +18,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from .kernels import ACTIVATIONS, chunk_rows, gather_combine, kernel_choice, gather_dot, scatter_outer
+from .kernels import (ACTIVATIONS, chunk_rows, gather_combine, kernel_choice, gather_dot, scatter_outer,
+                                take_along_last, take_rows)
 from .layers import (Feedforward, Gates, ProductKeyRouter, SparselyGatedLinear, check_positive,
                                check_sgatlin_config, fan_in_init)
 
@@ -98,6 +100,7 @@ class Dispatch(NamedTuple):
     token_P: jax.Array     # [G*B] int32: token held by each padded row (N for padding)
     expert_G: jax.Array    # [G] int32: expert of each block of B rows
     row_NxS: jax.Array     # [N, S] int32: padded row holding each assignment's result
+    slot_P: jax.Array      # [G*B] int32: slot of the assignment each padded row holds (0 for padding)
 
 def _block_rows(n_assign: int, n_experts: int, block_rows: int | None) -> int:
     "Rows per block (unless given): a quarter of an expert's fair share, so padding adds at most 25%."
@@ -120,9 +123,38 @@ def block_dispatch(experts_NxS, n_experts: int, block_rows: int) -> Dispatch:
     start_E, pstart_E = jnp.cumsum(size_E) - size_E, jnp.cumsum(padded_E) - padded_E
     row_sorted_M = pstart_E[e_sorted_M] + jnp.arange(M) - start_E[e_sorted_M]
     token_P = jnp.full(G * B, N, jnp.int32).at[row_sorted_M].set((order_M // S).astype(jnp.int32))
-    expert_G = jnp.searchsorted(jnp.cumsum(padded_E), jnp.arange(G) * B, side='right')
+    slot_P = jnp.zeros(G * B, jnp.int32).at[row_sorted_M].set((order_M % S).astype(jnp.int32))
+    expert_G = jnp.searchsorted(jnp.cumsum(padded_E), jnp.arange(G) * B, side='right', method='sort')  # no loop
     row_M = jnp.zeros(M, jnp.int32).at[order_M].set(row_sorted_M.astype(jnp.int32))
-    return Dispatch(token_P, jnp.minimum(expert_G, n_experts - 1).astype(jnp.int32), row_M.reshape(N, S))
+    return Dispatch(token_P, jnp.minimum(expert_G, n_experts - 1).astype(jnp.int32), row_M.reshape(N, S), slot_P)
+
+@jax.custom_vjp
+def dispatch_rows(x_NxD, d: Dispatch):
+    "The token of every padded row, `[G*B, D]` (zeros for padding); its gradient gathers each token's `S` rows back (`row_NxS`): no scatter-add."
+    return jnp.concatenate([x_NxD, jnp.zeros((1, x_NxD.shape[1]), x_NxD.dtype)])[d.token_P]
+
+def _dispatch_rows_fwd(x_NxD, d):
+    return dispatch_rows(x_NxD, d), d
+
+def _dispatch_rows_bwd(d, g_PxD):
+    return g_PxD[d.row_NxS].sum(axis=1), None
+
+dispatch_rows.defvjp(_dispatch_rows_fwd, _dispatch_rows_bwd)
+
+@jax.custom_vjp
+def combine_rows(y_PxD, d: Dispatch):
+    "Each assignment's row of the padded results, `[N, S, D]`; its gradient gathers every padded row's assignment (`token_P`, `slot_P`), zero for padding: no scatter-add."
+    return y_PxD[d.row_NxS]
+
+def _combine_rows_fwd(y_PxD, d):
+    return y_PxD[d.row_NxS], d
+
+def _combine_rows_bwd(d, g_NxSxD):
+    N = g_NxSxD.shape[0]
+    g_PxD = g_NxSxD[jnp.minimum(d.token_P, N - 1), d.slot_P]
+    return jnp.where((d.token_P < N)[:, None], g_PxD, 0).astype(g_NxSxD.dtype), None
+
+combine_rows.defvjp(_combine_rows_fwd, _combine_rows_bwd)
 
 # %% ../nbs/02_baselines.ipynb #750d8199
 MOE_SOFTMAX = ('top_k', 'all')
@@ -164,7 +196,8 @@ class MoE(Feedforward):
         self._check_input(x)
         logits_NxE = x.astype(jnp.float32) @ self.w_router[...]
         if self.router_bias: logits_NxE = logits_NxE + self.b_router[...]
-        top_NxS, experts_NxS = jax.lax.top_k(logits_NxE, self.top_k)
+        experts_NxS = jax.lax.top_k(jax.lax.stop_gradient(logits_NxE), self.top_k)[1]
+        top_NxS = take_along_last(logits_NxE, experts_NxS)  # the top logits, differentiable without a scatter-add
         if self.softmax_over == 'top_k': weights_NxS = jax.nn.softmax(top_NxS, axis=-1)
         else: weights_NxS = jnp.exp(top_NxS - jax.nn.logsumexp(logits_NxE, axis=-1, keepdims=True))
         return Gates(weights_NxS[..., None, :], experts_NxS[..., None, :].astype(jnp.int32))
@@ -181,12 +214,13 @@ class MoE(Feedforward):
         N = x_NxD.shape[0]
         B = _block_rows(N * self.top_k, self.n_experts, self.block_rows)
         d = block_dispatch(gates.indices.reshape(N, self.top_k), self.n_experts, B)
-        x_GxBxD = jnp.concatenate([x_NxD, jnp.zeros((1, D), dt)])[d.token_P].reshape(-1, B, D)
-        w_in_GxDxHxF, w_out_GxFxD = self.w_in[...].astype(dt)[d.expert_G], self.w_out[...].astype(dt)[d.expert_G]
-        h_GxBxHxF = jnp.einsum('gbd,gdhf->gbhf', x_GxBxD, w_in_GxDxHxF) + self.b_in[...].astype(dt)[d.expert_G][:, None]
+        x_GxBxD = dispatch_rows(x_NxD, d).reshape(-1, B, D)
+        per_block = lambda w: take_rows(w[...].astype(dt).reshape(self.n_experts, -1), d.expert_G).reshape(-1, *w.shape[1:])
+        w_in_GxDxHxF, w_out_GxFxD = per_block(self.w_in), per_block(self.w_out)  # blocks sorted by expert: gradients by segment sums
+        h_GxBxHxF = jnp.einsum('gbd,gdhf->gbhf', x_GxBxD, w_in_GxDxHxF) + per_block(self.b_in)[:, None]
         a_GxBxF = swiglu(h_GxBxHxF[..., 0, :], h_GxBxHxF[..., 1, :], 'gpt_oss')
-        y_GxBxD = jnp.einsum('gbf,gfd->gbd', a_GxBxF, w_out_GxFxD) + self.b_out[...].astype(dt)[d.expert_G][:, None]
-        y_NxSxD = y_GxBxD.reshape(-1, D)[d.row_NxS]
+        y_GxBxD = jnp.einsum('gbf,gfd->gbd', a_GxBxF, w_out_GxFxD) + per_block(self.b_out)[:, None]
+        y_NxSxD = combine_rows(y_GxBxD.reshape(-1, D), d)
         y_NxD = jnp.einsum('nsd,ns->nd', y_NxSxD, gates.scores.reshape(N, self.top_k).astype(dt))
         return y_NxD.reshape(x.shape).astype(x.dtype)
 

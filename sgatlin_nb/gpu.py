@@ -4,10 +4,10 @@
 
 # %% auto #0
 __all__ = ['H100_BYTES', 'TRITON_CALL', 'COLLECTIVES', 'SUBMIT_LINE', 'fsdp_mesh', 'train_step_args', 'export_train_step',
-           'lowering_counts', 'argument_specs', 'hlo_bytes', 'collectives', 'loop_trips', 'top_k_types', 'compile_step',
-           'partition_report', 'one_block', 'partition_configs', 'partition_rows', 'partition_checks', 'paper_presets',
-           'preset_ends', 'preset_row', 'gpu_table', 'table_markdown', 'min_grad_accum', 'equal_flops_swiglu',
-           'time_train_step']
+           'triton_kernels', 'lowering_counts', 'argument_specs', 'hlo_bytes', 'collectives', 'loop_trips',
+           'top_k_types', 'compile_step', 'partition_report', 'one_block', 'partition_configs', 'partition_rows',
+           'partition_checks', 'paper_presets', 'preset_ends', 'preset_row', 'gpu_table', 'table_markdown',
+           'min_grad_accum', 'equal_flops_swiglu', 'time_train_step']
 
 # %% ../nbs/92_gpu.ipynb #4be563a8
 import dataclasses
@@ -63,13 +63,53 @@ def export_train_step(cfg: TrainConfig, mesh: Mesh | AbstractMesh | None = None,
         return jax.export.export(step, platforms=platforms,
                                  disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)])(*args)
 
-def lowering_counts(exported: jax.export.Exported) -> dict:
-    "Loops, scatters, float32 scatter-adds, gathers and Triton kernels in an exported program (the loop-free GPU path has few loops)."
-    text = exported.mlir_module()
+_FLOAT_BYTES = {'f64': 8, 'f32': 4, 'bf16': 2, 'f16': 2}
+
+def _tensor(t: str) -> tuple[list[int], str]:
+    "`'123904x768xbf16'` -> `([123904, 768], 'bf16')`."
+    *dims, dtype = t.split('x')
+    return [int(d) for d in dims], dtype
+
+def triton_kernels(text: str) -> list[dict]:
+    """Every Triton kernel of a lowered program (text): its programs, operands and the serial steps of one program.
+    The kernels of 01a_kernels: a tile kernel (table, rows `[N, J]`, per-token values) loops over the `J` selections
+    of its tokens; the table gradient (6 operands) over a fixed span of sorted selections; the first table gradient
+    (4 operands: one program per row) over that row's selections, a count that depends on the data (`steps` None)."""
+    out = []
+    for line in text.splitlines():
+        if TRITON_CALL not in line: continue
+        programs = int(re.search(r'grid_x = (\d+)', line)[1])
+        operands = [_tensor(t) for t in re.findall(r'tensor<([^>]*)>', line.rsplit(' : (', 1)[1].split(') -> ')[0])]
+        k = {'programs': programs, 'operands': len(operands), 'steps': None, 'row': None, 'table': None}
+        if len(operands) == 3:                       # tile kernel: rows read from the table, J per program
+            k.update(steps=operands[1][0][1], row=operands[0], table=operands[0])
+        elif len(operands) == 6:                     # table gradient over spans: per-token rows `v`
+            k.update(steps=operands[0][0][0] // programs, row=operands[-1])
+        elif len(operands) == 4:                     # table gradient, one program per row: data-dependent
+            k.update(row=operands[-1], mean_steps=operands[1][0][0] / programs)
+        out.append(k)
+    return out
+
+def lowering_counts(exported: jax.export.Exported | str,
+                    d_model: int | None = None) -> dict:  # the rows read per selection are those of this width
+    """What a GPU would run in an exported program (or its text): `while` loops (each trip a kernel launch), scatters,
+    float scatter-adds (atomic adds on a GPU: slow where rows collide, and not reproducible) and those in float32,
+    gathers, Triton kernels; of the kernels, those whose serial loop depends on the data, the longest fixed loop
+    (`serial steps`), tables read in float32, and the bytes of rows read per selection in units of `d_model`."""
+    text = exported if isinstance(exported, str) else exported.mlir_module()
     scatters = re.findall(r'"stablehlo\.scatter"\(.*?\}\) : \(', text, re.S)  # each with its update region
+    def adds(s, types): return 'stablehlo.add' in s and any(f'tensor<{t}>' in s for t in types)
+    kernels = triton_kernels(text)
+    steps = [k['steps'] for k in kernels if k['steps'] is not None]
     return {'while': text.count('stablehlo.while'), 'scatter': len(scatters),
-            'f32 scatter-add': sum('stablehlo.add' in s and 'tensor<f32>' in s for s in scatters),
-            'gather': text.count('"stablehlo.gather"'), 'triton': text.count(TRITON_CALL)}
+            'float scatter-add': sum(adds(s, _FLOAT_BYTES) for s in scatters),
+            'f32 scatter-add': sum(adds(s, ['f32']) for s in scatters),
+            'gather': text.count('"stablehlo.gather"'), 'triton': len(kernels),
+            'data-dependent kernels': sum(k['steps'] is None for k in kernels),
+            'serial steps': max(steps, default=0),
+            'f32 table reads': sum(k['table'] is not None and k['table'][1] == 'f32' for k in kernels),
+            'row bytes / d_model': sum(_FLOAT_BYTES.get(k['row'][1], 0) for k in kernels
+                                       if k['row'] is not None and k['row'][0][-1] == (d_model or k['row'][0][-1]))}
 
 # %% ../nbs/92_gpu.ipynb #d65a51e6
 def argument_specs(exported: jax.export.Exported) -> list[str]:

@@ -5,8 +5,8 @@
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'KERNELS', 'chunk_rows', 'gather_dot', 'gather_combine', 'scatter_outer', 'gated_neurons',
            'TouchedRows', 'touched_rows', 'gated_neurons_touched', 'lazy_adamw_rows', 'selected_subkey_scores',
-           'use_kernels', 'kernel_choice', 'pow2_pieces', 'tile_gather_dot', 'tile_gather_combine',
-           'sorted_scatter_outer']
+           'use_kernels', 'kernel_kind', 'kernel_choice', 'pow2_pieces', 'tile_gather_dot', 'tile_gather_combine',
+           'segment_sum_sorted', 'sorted_scatter_outer', 'take_rows', 'take_along_last']
 
 # %% ../nbs/01a_kernels.ipynb #3ccd8615
 import contextlib
@@ -198,9 +198,13 @@ def use_kernels(kind: str):
     try: yield
     finally: _FORCED_KERNELS.reset(token)
 
+def kernel_kind() -> str:
+    "The kernels being traced: those `use_kernels` forces, else 'gpu' on a GPU and 'cpu' elsewhere."
+    return _FORCED_KERNELS.get() or ('gpu' if jax.default_backend() == 'gpu' else 'cpu')
+
 def kernel_choice(n_tokens: int, n_rows: int, d: int, itemsize: int, chunk: int | None) -> int | str:
     "What the primitives run: 'gpu' or 'interpret' (Pallas tiles), else the CPU chunk size (`chunk_rows`)."
-    kind = _FORCED_KERNELS.get() or ('gpu' if jax.default_backend() == 'gpu' else 'cpu')
+    kind = kernel_kind()
     return chunk_rows(n_tokens, n_rows, d, itemsize, chunk) if kind == 'cpu' else kind
 
 def pow2_pieces(d: int) -> list[tuple[int, int]]:
@@ -223,7 +227,7 @@ def _pad_tokens(*arrays):
     return [jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in arrays]
 
 def _over_token_tiles(kernel, table_RxD, rows_NxJ, per_token, out_cols: int, out_dtype, interpret: bool):
-    "`kernel(table, rows, per_token, out)` once per tile of tokens: the table whole (in `per_token`'s dtype), `rows` `[N, J]`, `per_token` `[N, ...]`, `out` `[N, out_cols]`."
+    "`kernel(table, rows, per_token, out)` once per tile of tokens: the table whole (in its own dtype: rows are read as stored), `rows` `[N, J]`, `per_token` `[N, ...]`, `out` `[N, out_cols]`."
     (N, J), (R, D) = rows_NxJ.shape, table_RxD.shape
     rows_NxJ, per_token = _pad_tokens(rows_NxJ, per_token)
     tile = lambda i: (i, 0)
@@ -231,10 +235,10 @@ def _over_token_tiles(kernel, table_RxD, rows_NxJ, per_token, out_cols: int, out
                       [pl.BlockSpec((R, D), lambda i: (0, 0)), pl.BlockSpec((_TILE, J), tile),
                        pl.BlockSpec((_TILE, per_token.shape[1]), tile)],
                       pl.BlockSpec((_TILE, out_cols), tile), jax.ShapeDtypeStruct((rows_NxJ.shape[0], out_cols), out_dtype),
-                      interpret, table_RxD.astype(per_token.dtype), rows_NxJ, per_token)[:N]
+                      interpret, table_RxD, rows_NxJ, per_token)[:N]
 
 def tile_gather_dot(table_RxD, rows_NxJ, v_NxD, interpret: bool = False):
-    "`out[n, j] = table[rows[n, j]] · v[n]` in float32: one Pallas program per tile of tokens, rows gathered in `v`'s dtype."
+    "`out[n, j] = table[rows[n, j]] · v[n]` in float32: one Pallas program per tile of tokens, rows gathered in the table's dtype."
     J, pieces = rows_NxJ.shape[1], pow2_pieces(table_RxD.shape[1])
     def kernel(table_ref, rows_ref, v_ref, out_ref):
         vs = [v_ref[:, pl.ds(s, z)].astype(jnp.float32) for s, z in pieces]
@@ -258,26 +262,90 @@ def tile_gather_combine(table_RxD, rows_NxJ, a_NxJ, interpret: bool = False):
             out_ref[:, pl.ds(s, z)] = y.astype(out_ref.dtype)
     return _over_token_tiles(kernel, table_RxD, rows_NxJ, a_NxJ, D, a_NxJ.dtype, interpret)
 
-def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: bool = False):
-    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`, deterministic: selections sorted by row, one Pallas program per row summing its own in float32."
-    (N, J), D = rows_NxJ.shape, v_NxD.shape[1]
-    order = jnp.argsort(rows_NxJ.reshape(-1), stable=True)  # grouped by row, tokens in order within a row
-    starts = jnp.searchsorted(rows_NxJ.reshape(-1)[order], jnp.arange(n_rows + 1, dtype=rows_NxJ.dtype),
-                              method='sort').astype(jnp.int32)  # by a sort: no loop
-    token, coef = (order // J).astype(jnp.int32), a_NxJ.reshape(-1)[order].astype(jnp.float32)
-    pieces = pow2_pieces(D)
-    def kernel(starts_ref, token_ref, coef_ref, v_ref, out_ref):
-        r = pl.program_id(0)
-        def one(e, acc):
-            t, c = token_ref[e], coef_ref[e]
-            return tuple(y + c * v_ref[pl.ds(t, 1), pl.ds(s, z)].astype(jnp.float32) for y, (s, z) in zip(acc, pieces))
-        acc = jax.lax.fori_loop(starts_ref[r], starts_ref[r + 1], one, tuple(jnp.zeros((1, z), jnp.float32) for _, z in pieces))
-        for y, (s, z) in zip(acc, pieces):
-            out_ref[:, pl.ds(s, z)] = y.astype(out_ref.dtype)
-    M = N * J
-    return _tile_call(kernel, (n_rows,),
-                      [pl.BlockSpec((n_rows + 1,), lambda r: (0,)), pl.BlockSpec((M,), lambda r: (0,)),
-                       pl.BlockSpec((M,), lambda r: (0,)), pl.BlockSpec((N, D), lambda r: (0, 0))],
-                      pl.BlockSpec((1, D), lambda r: (r, 0)), jax.ShapeDtypeStruct((n_rows, D), jnp.float32), interpret,
-                      starts, token, coef, v_NxD).astype(dtype)
+def segment_sum_sorted(values_MxD, seg_M, n_rows: int):
+    "`out[r] = Σ_{m: seg[m]=r} values[m]` in float32, for `seg_M` ascending (entries >= `n_rows` are dropped): a segmented prefix sum read at each segment's end; balanced, deterministic, no atomics."
+    M = seg_M.shape[0]
+    first_M = jnp.concatenate([jnp.ones(1, bool), seg_M[1:] != seg_M[:-1]])
+    def add_within(a, b):  # (running sum, a segment starts here): the sum restarts where b holds a start
+        (sum_a, first_a), (sum_b, first_b) = a, b
+        return jnp.where(first_b[:, None], sum_b, sum_a + sum_b), first_a | first_b
+    run_MxD = jax.lax.associative_scan(add_within, (values_MxD.astype(jnp.float32), first_M))[0]
+    r_R = jnp.arange(n_rows, dtype=seg_M.dtype)
+    end_R = jnp.clip(jnp.searchsorted(seg_M, r_R, side='right', method='sort') - 1, 0, M - 1)  # last entry <= r
+    return jnp.where((seg_M[end_R] == r_R)[:, None], run_MxD[end_R], 0.0)
 
+_SPAN = 256  # sorted selections per program of sorted_scatter_outer
+
+def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: bool = False, span: int = _SPAN):
+    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`, deterministic and balanced: selections sorted by row, one Pallas program per `span` of them summing each row's run in float32, then `segment_sum_sorted` over those partial sums."
+    (N, J), D = rows_NxJ.shape, v_NxD.shape[1]
+    M = N * J
+    E = min(span, M)
+    Mp = -(-M // E) * E  # padded to whole spans with selections of row n_rows (dropped) and weight 0
+    order = jnp.argsort(rows_NxJ.reshape(-1), stable=True)  # grouped by row, tokens in order within a row
+    row_M = jnp.pad(rows_NxJ.reshape(-1)[order].astype(jnp.int32), (0, Mp - M), constant_values=n_rows)
+    token_M = jnp.pad((order // J).astype(jnp.int32), (0, Mp - M))
+    coef_M = jnp.pad(a_NxJ.reshape(-1)[order].astype(jnp.float32), (0, Mp - M))
+    e_M = jnp.arange(Mp, dtype=jnp.int32)
+    new_M = (e_M % E == 0) | jnp.concatenate([jnp.ones(1, bool), row_M[1:] != row_M[:-1]])  # a (span, row) pair starts
+    last_M = jnp.concatenate([new_M[1:], jnp.ones(1, bool)]).astype(jnp.int32)              # ... and ends
+    pair_M = jnp.cumsum(new_M.astype(jnp.int32)) - 1
+    n_pairs = min(Mp, Mp // E + n_rows + 1)  # each span adds at most one pair to those of the rows
+    pieces = pow2_pieces(D)
+    def kernel(token_ref, coef_ref, keep_ref, last_ref, pair_ref, v_ref, out_ref):
+        base = pl.program_id(0) * E
+        def one(e, acc):
+            i = base + e
+            t, c, keep = token_ref[i], coef_ref[i], keep_ref[i]  # keep: 0.0 where a pair starts, else 1.0
+            acc = tuple(keep * y + c * v_ref[pl.ds(t, 1), pl.ds(s, z)].astype(jnp.float32) for y, (s, z) in zip(acc, pieces))
+            @pl.when(last_ref[i] != 0)
+            def _():
+                for y, (s, z) in zip(acc, pieces):
+                    out_ref[pl.ds(pair_ref[i], 1), pl.ds(s, z)] = y
+            return acc
+        jax.lax.fori_loop(0, E, one, tuple(jnp.zeros((1, z), jnp.float32) for _, z in pieces))
+    whole = lambda shape: pl.BlockSpec(shape, lambda p: (0,) * len(shape))
+    partial_PxD = _tile_call(kernel, (Mp // E,), [whole((Mp,))] * 5 + [whole((N, D))], whole((n_pairs, D)),
+                             jax.ShapeDtypeStruct((n_pairs, D), jnp.float32), interpret,
+                             token_M, coef_M, 1.0 - new_M.astype(jnp.float32), last_M, pair_M, v_NxD)
+    first_P = jnp.searchsorted(pair_M, jnp.arange(n_pairs, dtype=jnp.int32), method='sort')  # a pair's first selection
+    written_P = first_P < Mp  # pairs past the last are never written
+    row_P = jnp.where(written_P, row_M[jnp.minimum(first_P, Mp - 1)], n_rows)
+    return segment_sum_sorted(jnp.where(written_P[:, None], partial_PxD, 0.0), row_P, n_rows).astype(dtype)
+
+# %% ../nbs/01a_kernels.ipynb #gk000010
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _take_rows_sorted(n_rows, table_VxD, ids_N):
+    return table_VxD[ids_N]
+
+def _take_rows_fwd(n_rows, table_VxD, ids_N):
+    return table_VxD[ids_N], ids_N
+
+def _take_rows_bwd(n_rows, ids_N, g_NxD):
+    order = jnp.argsort(ids_N, stable=True)
+    return segment_sum_sorted(g_NxD[order], ids_N[order], n_rows).astype(g_NxD.dtype), None
+
+_take_rows_sorted.defvjp(_take_rows_fwd, _take_rows_bwd)
+
+def take_rows(table_VxD, ids):
+    "`table[ids]` for integer `ids` of any shape: `[*ids.shape, D]`; on the GPU path its gradient is summed per row by a sort, not by atomics."
+    if kernel_kind() == 'cpu':
+        return table_VxD[ids]
+    return _take_rows_sorted(table_VxD.shape[0], table_VxD, ids.reshape(-1)).reshape(*ids.shape, table_VxD.shape[1])
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _take_along_last(R, x_AxR, idx_AxS):
+    return jnp.take_along_axis(x_AxR, idx_AxS, axis=-1)
+
+def _take_along_last_fwd(R, x_AxR, idx_AxS):
+    return jnp.take_along_axis(x_AxR, idx_AxS, axis=-1), idx_AxS
+
+def _take_along_last_bwd(R, idx_AxS, g_AxS):
+    hit_AxSxR = idx_AxS[..., None] == jnp.arange(R, dtype=idx_AxS.dtype)
+    return jnp.sum(jnp.where(hit_AxSxR, g_AxS[..., None], 0.0), axis=-2).astype(g_AxS.dtype), None
+
+_take_along_last.defvjp(_take_along_last_fwd, _take_along_last_bwd)
+
+def take_along_last(x_AxR, idx_AxS):
+    "`take_along_axis(x, idx, axis=-1)`, with the gradient a dense compare-and-sum over the `S` picks (one fused reduction: no scatter-add, no atomics)."
+    return _take_along_last(x_AxR.shape[-1], x_AxR, idx_AxS)

@@ -16,7 +16,7 @@ from flax import nnx
 
 from .gating import product_top_k
 from .kernels import (ACTIVATIONS, TouchedRows, kernel_choice, gated_neurons, gated_neurons_touched,
-                                selected_subkey_scores, touched_rows)
+                                selected_subkey_scores, take_along_last, touched_rows)
 
 # %% ../nbs/01_sgatlin.ipynb #fac58d80
 class Gates(NamedTuple):
@@ -120,18 +120,21 @@ class ProductKeyRouter(Feedforward):
         C, R, k, K = self.n_channels, self.n_keys, self.k, self.d_key
         q = _router_query(self.router, self.w_query[...], K, x.reshape(-1, self.d_model).astype(jnp.float32))
         N = q.shape[0]
-        s_NxHxCxR = jax.lax.stop_gradient(_router_scores(self.router, q, self.w_key[...]))  # chooses; no gradient
-        top = product_top_k(s_NxHxCxR[:, 0], s_NxHxCxR[:, 1], k)
+        s_NxHxCxR = _router_scores(self.router, q, self.w_key[...])
+        fixed_NxHxCxR = jax.lax.stop_gradient(s_NxHxCxR)  # chooses; no gradient
+        top = product_top_k(fixed_NxHxCxR[:, 0], fixed_NxHxCxR[:, 1], k)
         sub_NxHxCxS = jnp.stack([top.indices // R, top.indices % R], axis=1)
-        rows_NxHxCxS = sub_NxHxCxS + R * jnp.arange(2 * C, dtype=jnp.int32).reshape(2, C, 1)  # in keys [2·C·R, K]
-        s_NxHxCxS = jnp.take_along_axis(s_NxHxCxR.reshape(N, -1), rows_NxHxCxS.reshape(N, -1), axis=1)
-        # the scores again, differentiable through the 2·C·k selected sub-keys only (01a_kernels)
         M = N if self.router == 'product_dense' else N * 2 * C  # one query per token, or per token, half and channel
-        keys_RxK = self.w_key[...].transpose(1, 2, 3, 0).reshape(2 * C * R, K)
-        rows_MxS = rows_NxHxCxS.reshape(M, -1)
-        chunk = kernel_choice(M, rows_MxS.shape[1], K, 4, None)  # CPU chunks, or the GPU path (01a_kernels)
-        sel_NxHxCxS = selected_subkey_scores(s_NxHxCxS.reshape(M, -1), q.reshape(M, K), keys_RxK, rows_MxS,
-                                             chunk).reshape(N, 2, C, k)
+        chunk = kernel_choice(M, 2 * C * k * N // M, K, 4, None)  # CPU chunks, or the GPU path (01a_kernels)
+        if isinstance(chunk, str):  # GPU path: through the dense scores, whose gradient is two small matmuls
+            sel_NxHxCxS = take_along_last(s_NxHxCxR, sub_NxHxCxS)
+        else:  # CPU: differentiable through the 2·C·k selected sub-keys only (01a_kernels)
+            rows_NxHxCxS = sub_NxHxCxS + R * jnp.arange(2 * C, dtype=jnp.int32).reshape(2, C, 1)  # in keys [2·C·R, K]
+            s_NxHxCxS = jnp.take_along_axis(fixed_NxHxCxR.reshape(N, -1), rows_NxHxCxS.reshape(N, -1), axis=1)
+            keys_RxK = self.w_key[...].transpose(1, 2, 3, 0).reshape(2 * C * R, K)
+            rows_MxS = rows_NxHxCxS.reshape(M, -1)
+            sel_NxHxCxS = selected_subkey_scores(s_NxHxCxS.reshape(M, -1), q.reshape(M, K), keys_RxK, rows_MxS,
+                                                 chunk).reshape(N, 2, C, k)
         lead = x.shape[:-1]
         return Gates((sel_NxHxCxS[:, 0] + sel_NxHxCxS[:, 1]).reshape(*lead, C, k), top.indices.reshape(*lead, C, k))
 

@@ -20,6 +20,7 @@ from flax import nnx
 
 from .baselines import DTYPES, FFW_KINDS, FFWConfig, make_ffw
 from .complexity import model_params
+from .kernels import take_rows
 from .layers import Gates, fan_in_init, check_positive
 
 # %% ../nbs/04_transformer.ipynb #81cc4061
@@ -263,7 +264,7 @@ class Transformer(nnx.Module):
         if patch is not None:
             for l, p in enumerate(layer_patches): p['gates'] = (patch.gates[l], patch.mask[l])
         positions_T = jnp.arange(tokens_BxT.shape[1])
-        x_BxTxD = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(dtype)
+        x_BxTxD = take_rows(self.embed[...], tokens_BxT).astype(dtype)
 
         def run_block(block, x_BxTxD, patches):
             return block(x_BxTxD, positions_T, sites=read, patches=patches)

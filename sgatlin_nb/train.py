@@ -38,6 +38,7 @@ from .complexity import TRAIN_FLOPS_PER_FORWARD, ffw_cost, model_flops, model_pa
 from .data import (PAD_TARGET, DataError, TokenFile, eval_batches, eval_document_batches, prepare_data, resolve_steps,
                              tokenizer_hash, train_batch, unigram_cross_entropy)
 from .configs import PRESETS, miniature_config
+from .kernels import kernel_kind
 from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, param_sharding, param_specs,
                                     peak_flops, shard_batch)
 from .model import Transformer, generate
@@ -81,9 +82,28 @@ def make_optimizer(schedule: Callable, weight_decay: float = 0.1, clip_norm: flo
                        optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask))
 
 # %% ../nbs/06_train.ipynb #4be924a3
+@jax.custom_vjp
+def _cross_entropy(logits_BxTxV, targets_BxT):
+    return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets_BxT)
+
+def _cross_entropy_fwd(logits_BxTxV, targets_BxT):
+    return _cross_entropy(logits_BxTxV, targets_BxT), (logits_BxTxV, targets_BxT)
+
+def _cross_entropy_bwd(res, g_BxT):
+    "optax's gradient, the same bits, with the target's `-g` written by a comparison (one fused pass) instead of a scatter-add."
+    logits_BxTxV, targets_BxT = res
+    d_BxTxV = jax.vjp(lambda l: jax.nn.logsumexp(l, axis=-1), logits_BxTxV)[1](g_BxT)[0]
+    hit_BxTxV = targets_BxT[..., None] == jnp.arange(logits_BxTxV.shape[-1], dtype=targets_BxT.dtype)
+    return d_BxTxV + jnp.where(hit_BxTxV, -g_BxT[..., None], 0.0), None
+
+_cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
+
 def token_losses(logits_BxTxV, targets_BxT):
-    "Per-token cross-entropy in float32."
-    return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV.astype(jnp.float32), targets_BxT)
+    "Per-token cross-entropy in float32: optax's; on the GPU path (01a_kernels) with the same gradient computed without a scatter-add, which a GPU runs with atomics."
+    logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+    if kernel_kind() == 'cpu':  # scatter-adds run in order here, and XLA's CPU plan keeps one logits-sized buffer fewer
+        return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets_BxT)
+    return _cross_entropy(logits_BxTxV, targets_BxT)
 
 def masked_token_losses(model, tokens_BxT1, gates: bool = False):
     """Per-target cross-entropy of rows `[B, T+1]`, zero where the target is `PAD_TARGET`, and the mask of real targets;
