@@ -41,7 +41,7 @@ from .configs import PRESETS, miniature_config
 from .kernels import kernel_kind
 from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, param_sharding, param_specs,
                                     peak_flops, shard_batch)
-from .model import Transformer, generate
+from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention
 from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
                              checkpoint_manager, checkpoint_steps, lock_run, restore_checkpoint, set_aside,
                              write_checksums)
@@ -174,8 +174,8 @@ def usage_counts(indices, real_BxT, n_choices: int):
     "How often each neuron (expert) is chosen per layer, at real targets: `[L, n_choices]` float32 from gate indices `[L, B, T, ...]`."
     L = indices.shape[0]
     idx = indices.reshape(L, real_BxT.size, -1)                # every head/channel's choices of a token, pooled
-    w = jnp.broadcast_to(real_BxT.reshape(1, -1, 1), idx.shape).astype(jnp.float32)
-    return jax.vmap(lambda i, w: jnp.zeros(n_choices, jnp.float32).at[i.reshape(-1)].add(w.reshape(-1)))(idx, w)
+    w = jnp.broadcast_to(real_BxT.reshape(1, -1, 1), idx.shape).astype(jnp.int32)  # integer atomics on a GPU: exact, no retry loop
+    return jax.vmap(lambda i, w: jnp.zeros(n_choices, jnp.int32).at[i.reshape(-1)].add(w.reshape(-1)))(idx, w).astype(jnp.float32)
 
 def usage_stats(counts) -> dict:
     "Per layer, from usage counts `[L, n]`: the fraction of neurons (experts) chosen at least once, and the entropy of usage over log(n)."
@@ -226,7 +226,6 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count),
             'eval_ppl_batches': batch_ppl / max(n_batches, 1),
             **(usage_stats(used) if used is not None and used.shape[-1] else {})}
-
 
 # %% ../nbs/06_train.ipynb #e23a0002
 def abstract_state(cfg: TrainConfig):
@@ -346,7 +345,8 @@ def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n
 # %% ../nbs/06_train.ipynb #422144f1
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
           mesh: Mesh | None = None, wandb_project: str | None = None, stop_at: int | None = None,
-          check_memory: bool = True, profile: tuple[int, int] | None = None, quiet_disk_full: bool = False) -> dict:
+          check_memory: bool = True, profile: tuple[int, int] | None = None, quiet_disk_full: bool = False,
+          attention: str = 'auto') -> dict:  # 'auto', 'cudnn' or 'xla' (`use_attention`); the one that ran is recorded
     """Train `cfg` on corpus `data` into run directory `out` (until step `stop_at`, if given); returns a summary of the run.
     `quiet_disk_full` is for a process that exits on `DiskFull`: stderr then stays silenced (see `DiskFull.stderr_fd`)."""
     out = Path(out)
@@ -355,6 +355,11 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
         raise RunError(f"batch_size={cfg.batch_size} must be a multiple of grad_accum={cfg.grad_accum}")
     if profile is not None and not 0 <= profile[0] < profile[1] <= cfg.steps:
         raise RunError(f"--profile START:STOP needs 0 <= START < STOP <= steps ({cfg.steps}), got {profile[0]}:{profile[1]}")
+    if attention not in ATTENTIONS:
+        raise RunError(f"--attention must be one of {list(ATTENTIONS)}, got {attention!r}")
+    if attention == 'cudnn' and jax.default_backend() != 'gpu':
+        raise RunError(f"--attention cudnn needs a CUDA GPU (cuDNN's fused attention); this backend is "
+                       f"{jax.default_backend()}: use --attention auto or xla")
     if wandb_project and importlib.util.find_spec('wandb') is None:  # before any file is written
         raise RunError("--wandb needs the wandb package: pip install -e '.[wandb]' (or pip install wandb), then run again")
     mesh = mesh or make_mesh()
@@ -367,7 +372,8 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     created = not out.exists()
     lock = lock_run(out) if first else None
     try:
-        return _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at, profile, check_memory, quiet_disk_full)
+        with use_attention(attention):
+            return _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at, profile, check_memory, quiet_disk_full)
     except BaseException as e:
         if first and created and (isinstance(e, DoesNotFit) or not (out / 'run.json').exists()):
             shutil.rmtree(out, ignore_errors=True)  # never started: no trace
@@ -463,6 +469,10 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
     train_step = make_train_step(graphdef, tx, cfg.grad_accum, shardings, mesh, cfg.model.dtype).lower(
         jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings),
         jax.ShapeDtypeStruct((cfg.batch_size, cfg.model.seq_len + 1), jnp.int32, sharding=NamedSharding(mesh, P('data')))).compile()
+    attention = attention_in(train_step.as_text())  # what the compiled step runs, not what was asked for
+    if first:
+        meta = json.loads((out / 'run.json').read_text())
+        (out / 'run.json').write_text(json.dumps(meta | {'attention': attention}, indent=1))  # this start's
     if check_memory:
         dev = jax.local_devices()[0]
         xla_preflight(cfg, mesh.shape['data'], xla_memory(train_step), device_memory(dev),
@@ -488,7 +498,9 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
                                                             m_cfg.ffw, 'full')
     peak = peak_flops(jax.local_devices()[0].device_kind, m_cfg.dtype)
     lr_at = wsd_sqrt_schedule(cfg.lr, cfg.steps, cfg.warmup_steps, cfg.decay_fraction)
-    summary = {'start_step': start, 'processes': n_proc, 'unigram_loss': unigram, 'unigram_ppl': math.exp(unigram)}
+    summary = {'start_step': start, 'processes': n_proc, 'unigram_loss': unigram, 'unigram_ppl': math.exp(unigram),
+               'attention': attention}
+    said = {'attention': attention}  # goes into the first metrics line this process writes
     if notes: summary['damaged'] = notes
     end = cfg.steps if stop_at is None else max(start, min(stop_at, cfg.steps))  # the schedule is the full run's either way
     bar = tqdm(range(start, end), initial=start, total=cfg.steps, disable=not (progress and first), desc='train', unit='step')
@@ -496,7 +508,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
     pending, paused = None, [0.0]  # the step whose metrics are still on the device; seconds spent off the steps
     def read_pending():
         "Read the last step's metrics (the device may already run the next step), check its loss, log it."
-        nonlocal pending, last
+        nonlocal pending, last, said
         if pending is None: return
         (done_p, m), pending = pending, None
         loss = float(m['loss'])
@@ -509,7 +521,8 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
         last = {'step': done_p, 'loss': loss, 'grad_norm': float(m['grad_norm']), 'lr': float(lr_at(done_p - 1)),
                 'tokens': done_p * tokens_per_step, 'tokens_per_s': rate, 'flops_per_s': rate * flops_per_token}
         if peak: last['mfu'] = last['flops_per_s'] / (peak * mesh.size)
-        if first: log.write(last)
+        if first: log.write(said | last)
+        said = {}
         bar.set_postfix(loss=f'{loss:.3f}', tok_s=f'{rate:,.0f}', **({'mfu': f"{last['mfu']:.1%}"} if peak else {}))
     real_stderr = [2]
     def save(done):

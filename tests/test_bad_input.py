@@ -356,3 +356,11 @@ def test_a_full_disk_during_a_checkpoint_says_so_and_resume_continues(tmp_path, 
         assert checkpoint_steps(run) == [10, 20]
     finally:
         subprocess.run(_as_root("umount", str(disk)), capture_output=True)
+
+
+def test_attention_that_cannot_run_is_refused_before_anything_is_written(tmp_path, data_dir):
+    "cuDNN attention off a GPU, or an attention that does not exist: one line, and no run folder left behind."
+    for value, needle in (("cudnn", "--attention cudnn needs a CUDA GPU"), ("flash", "must be one of ['auto', 'cudnn', 'xla']")):
+        out = tmp_path / value
+        _fails(_train(out, data_dir, "--attention", value), needle)
+        assert not out.exists(), sorted(out.rglob("*"))

@@ -25,7 +25,22 @@ def test_gpu_bench_mini(tmp_path):
             assert r["us_per_token"] > 0 and abs(r["tokens_per_s"] * r["us_per_token"] - 1e6) < 1e-3 * 1e6
     assert sorted(res["step"]) == ["moe", "peer", "sgatlin", "swiglu twin"]
     assert all(r["tokens_per_s"] > 0 and r["steps"] >= 2 for r in res["step"].values())
-    assert res["determinism"]["bit_identical"] and res["determinism"]["arrays"] > 10
+    assert res["determinism"]["bit_identical"] and res["determinism"]["arrays"] > 10 and res["determinism"]["differing"] == []
     assert list(res["attention"]) == ["xla"] and res["attention"]["xla"]["tokens_per_s"] > 0  # cuDNN only on a GPU
-    for line in ("layer s6 sgatlin", "step swiglu twin", "two gradient evaluations"):
-        assert line in proc.stdout, proc.stdout
+    # every field a GPU run prints, marked where it needs a GPU
+    v = res["versions"]
+    assert v["jaxlib"] == res["jaxlib"] and v["cudnn"] == v["cuda_runtime"] == "not on a GPU" and v["scatter_fix"] == "not needed"
+    sc = res["scatter"]
+    assert sc["atomic adds without the fix"] == "not on a GPU" and sc["most_repeated_id_count"] > 10 and sc["max_abs_difference"] < 1e-3
+    assert sorted(k for k, r in sc.items() if isinstance(r, dict)) == sorted(
+        f"{how}, {ids} ids" for how in ("atomic adds", "sorted segment sum") for ids in ("real", "uniform"))
+    for r in res["step"].values():
+        assert r["attention"] == "xla" and r["mfu"] == r["peak_bytes_so_far"] == "not on a GPU" and r["estimate_bytes"] > 0
+    assert sorted(res["kernels"]) == ["gate backward", "gather_combine", "gather_dot", "table gradient"]
+    for name, r in res["kernels"].items():
+        assert r["GPU kernels"]["us"] > 0 and r["CPU kernels"]["us"] > 0 and r["max_abs_difference"] < 0.1, (name, r)
+    # in the order that lets a short time box keep the most important figures
+    lines = ["versions jax", "scatter-add [", "step sgatlin", "step swiglu twin", "kernel gather_dot", "layer s6 sgatlin",
+             "attention xla", "two gradient evaluations"]
+    at = [("\n" + proc.stdout).find("\n" + l) for l in lines]  # each at the start of a line
+    assert all(i >= 0 for i in at) and at == sorted(at), (at, proc.stdout)
