@@ -720,6 +720,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.scaling.stale_runs': ('scaling.html#stale_runs', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.sweep_flops': ('scaling.html#sweep_flops', 'sgatlin_nb/scaling.py')},
             'sgatlin_nb.slurm': { 'sgatlin_nb.slurm._array_ids': ('slurm.html#_array_ids', 'sgatlin_nb/slurm.py'),
+                                  'sgatlin_nb.slurm._directives': ('slurm.html#_directives', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm._read_submission': ('slurm.html#_read_submission', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm._sbatch': ('slurm.html#_sbatch', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm._setup_lines': ('slurm.html#_setup_lines', 'sgatlin_nb/slurm.py'),

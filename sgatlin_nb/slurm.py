@@ -90,6 +90,16 @@ def _setup_lines(setup: str | None) -> list[str]:
     activate = Path(sys.prefix) / 'bin' / 'activate'
     return [f'source {shlex.quote(str(activate))}'] if sys.prefix != sys.base_prefix and activate.exists() else []
 
+_DIRECTIVE_OK = re.compile(r'[A-Za-z0-9._+@:,=-]+')  # what a job name, partition or account may hold in an #SBATCH line
+
+def _directives(**values) -> None:
+    """Refuse a job name, partition or account that is not one plain word: a line break would end its `#SBATCH` line
+    and start a line of shell code in the script, and a space or quote would change how sbatch reads the line."""
+    for option, value in values.items():
+        if value is not None and not _DIRECTIVE_OK.fullmatch(str(value)):
+            raise ValueError(f"--{option.replace('_', '-')} {str(value)!r} may hold only letters, digits and . _ + @ : , = - "
+                             f"(it is written into the sbatch script): choose another")
+
 def slurm_seconds(time: str) -> float:
     "Seconds of a Slurm time limit: 'MM', 'MM:SS', 'HH:MM:SS', 'D-HH', 'D-HH:MM', 'D-HH:MM:SS', or 'UNLIMITED' (inf)."
     if str(time).strip().upper() in ('UNLIMITED', 'INFINITE'): return math.inf
@@ -121,6 +131,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
     if signal_s >= (limit := slurm_seconds(time)):
         raise ValueError(f"--signal-s {signal_s} must be shorter than --time {time} ({limit:.0f} s): the warning would come "
                          f"at once and each task would requeue itself without working. Give a longer --time or a smaller --signal-s")
+    _directives(job_name=job_name, partition=partition, account=account)
     nb = Path(notebook).absolute()
     run_dir = Path(run_dir).absolute()
     for what, path in (('notebook', nb), ('run_dir', run_dir)):  # a line break would end an #SBATCH or comment line
@@ -168,7 +179,6 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         'touch "$TASK_DIR/done"  # a later submit of this run folder skips the task',
         ''])
 
-
 # %% ../nbs/91_slurm.ipynb #a05a3dcb
 def collect(files, out: str | Path, log=print) -> Path:
     "Merge the results files `files` into `out`, budget by budget (`merge_results`), and draw the isoflop figures beside it (HTML that opens offline)."
@@ -183,6 +193,7 @@ def collect(files, out: str | Path, log=print) -> Path:
 def collect_script(files, out: str | Path, *, run_dir: str | Path, job_name: str, partition: str | None = None,
                    account: str | None = None, setup: str | None = None, time: str = '01:00:00') -> str:
     "The sbatch script of the collection step: `collect(files, out)` as one small CPU task (submit it with a dependency)."
+    _directives(job_name=job_name, partition=partition, account=account)
     code = f"from sgatlin_nb.slurm import collect; collect({json.dumps([str(f) for f in files])}, {json.dumps(str(out))})"
     head = [f'--job-name={job_name}-collect', '--ntasks=1', '--cpus-per-task=1', f'--time={time}',
             f'--output={Path(run_dir).absolute()}/collect-%j.log']
@@ -313,7 +324,8 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
            log=print) -> str:
     "Run `notebook` with papermill on Slurm (a job array over `sweep`); returns the job id, or the scripts if `dry_run`."
     nb = Path(notebook)
-    job_name = job_name or nb.stem
+    job_name = job_name or re.sub(r'[^A-Za-z0-9._+@:,=-]', '_', nb.stem)
+    _directives(job_name=job_name, partition=partition, account=account)  # before the run folder is named after it
     run_dir = Path(run_dir).absolute() if run_dir else Path(out_dir).absolute() / f'{job_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}'
     tasks = sweep_tasks(nb, parse_params(params), parse_sweep(sweep), run_dir)
     record = _read_submission(run_dir) if (run_dir / SUBMISSION).exists() else {'notebook': str(nb.absolute()), 'tasks': tasks, 'jobs': []}
@@ -358,4 +370,3 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
     if log: log(f"submitted job {job}: {len(todo)} of {len(tasks)} task(s), run folder {run_dir}")
     if wait: wait_run(run_dir, log=log)
     return job
-

@@ -132,6 +132,22 @@ def test_submit_refused_by_sbatch_leaves_nothing(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "runs").exists()  # the folders it made, and only those, are gone
 
 
+def test_submit_refuses_script_injection_in_directives(tmp_path, capsys, monkeypatch):
+    "A line break (or a space) in --partition, --job-name or --account would become shell code in the sbatch script."
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ntouch {tmp_path}/sbatch_called\necho 'Submitted batch job 7'\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    marker = tmp_path / "injected"
+    for option, value in [("--partition", f"gpu\ntouch {marker}"), ("--job-name", f"x\ntouch {marker}"),
+                          ("--account", f"lab\n#SBATCH --time=UNLIMITED"), ("--partition", "gpu debug")]:
+        for dry in ([], ["--dry-run"]):
+            _refused(capsys, ["submit", str(ROOT / "nbs" / "07_scaling.ipynb"), "-p", "run_full=True", option, value,
+                              "--out", str(tmp_path / "slurm"), *dry], f"{option} ", "written into the sbatch script")
+    assert not (tmp_path / "sbatch_called").exists() and not marker.exists() and not (tmp_path / "slurm").exists()
+
+
 # ---- one line for every bad input ----
 
 def test_bad_configs(tmp_path, capsys, monkeypatch):
