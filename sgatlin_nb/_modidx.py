@@ -731,6 +731,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'sgatlin_nb.slurm.check_params': ('slurm.html#check_params', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm.collect': ('slurm.html#collect', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm.collect_script': ('slurm.html#collect_script', 'sgatlin_nb/slurm.py'),
+                                  'sgatlin_nb.slurm.lean_notebook': ('slurm.html#lean_notebook', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm.notebook_parameters': ('slurm.html#notebook_parameters', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm.parse_params': ('slurm.html#parse_params', 'sgatlin_nb/slurm.py'),
                                   'sgatlin_nb.slurm.parse_sweep': ('slurm.html#parse_sweep', 'sgatlin_nb/slurm.py'),

@@ -375,13 +375,14 @@ def submit(notebook: str,                 # notebook to run (it needs a cell tag
            nodes: int = 1, tasks_per_node: int = 1, gpus_per_node: int = 8, cpus_per_task: int = 16,
            time: str = '24:00:00', signal_s: int = 300, partition: str = None, account: str = None,
            out: str = 'slurm', run_dir: str = None, job_name: str = None, setup: str = None,
-           wait: bool = False):           # wait for the jobs and report each task
+           wait: bool = False,            # wait for the jobs and report each task
+           lean_tasks: bool = False):     # array tasks after the first skip the documentation cells
     "Run a notebook on Slurm with papermill: one job, or a job array over the --sweep values."
     from sgatlin_nb.slurm import submit as slurm_submit
     return slurm_submit(notebook, param or (), sweep=sweep or (), results_param=results_param, dry_run=dry_run,
                         nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=time,
                         signal_s=signal_s, partition=partition, account=account, out_dir=out, run_dir=run_dir, job_name=job_name,
-                        setup=setup, wait=wait)
+                        setup=setup, wait=wait, lean_tasks=lean_tasks)
 
 def _submit_parser():
     "argparse for `sgatlin submit`, with repeatable -p and --sweep."
@@ -393,6 +394,8 @@ def _submit_parser():
     p.add_argument('--results-param', help="parameter naming each task's results file; a follow-up job collects them")
     p.add_argument('--dry-run', action='store_true', help="print the sbatch scripts instead of submitting")
     p.add_argument('--wait', action='store_true', help="wait for the jobs, print each task's state and a failed task's log")
+    p.add_argument('--lean-tasks', action='store_true', help="array tasks after the first run only the page's code, "
+                   "its parameters and its #| slow and #| gpu cells, not its documentation cells")
     for name, typ, default in [('nodes', int, 1), ('tasks-per-node', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
                                ('time', str, '24:00:00'), ('partition', str, None), ('account', str, None),
                                ('job-name', str, None), ('setup', str, None)]:

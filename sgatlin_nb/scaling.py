@@ -253,7 +253,7 @@ def paper_line(miniature: bool = False) -> str:
     n = len(paper_grid(MINI_CORPUS, miniature=True) if miniature else paper_grid('slimpajama-train'))
     return ("sgatlin submit nbs/07_scaling.ipynb -p run_full=True" + (" -p miniature=True" if miniature else "")
             + " -p 'paper_results_path={task_dir}/isoflop.json' -p 'paper_work_dir={task_dir}/runs'"
-            f" --sweep paper_point=0:{n} --results-param paper_results_path --run-dir runs/isoflop-paper"
+            f" --sweep paper_point=0:{n} --results-param paper_results_path --lean-tasks --run-dir runs/isoflop-paper"
             + ("-miniature" if miniature else "") + " --gpus-per-node 8 --time 24:00:00")
 
 # %% ../nbs/07_scaling.ipynb #169a5203

@@ -29,7 +29,8 @@ def test_a_shell_expression_in_the_run_folder_is_not_executed(tmp_path):
     assert not marker.exists(), "a command written in the run folder's name ran"
     assert (run_dir / "0" / "done").exists()  # the folder exists under its literal name
     assert f"CACHE={run_dir}/jax_cache" in res.stdout
-    assert (bin_dir / "srun.args").read_text().splitlines()[-2] == f"{run_dir}/0"
+    args = (bin_dir / "srun.args").read_text().splitlines()
+    assert args[-3:] == [f"{run_dir}/0", "{x: 1}", str(ROOT / "nbs" / "91_slurm.ipynb")], args[-3:]
 
 
 def test_a_line_break_in_a_path_is_refused(tmp_path):
