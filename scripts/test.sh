@@ -39,6 +39,7 @@ echo "== creating $VENV and installing sgatlin_nb[dev]"
 # circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
 "$VENV/bin/python" -m pip download --quiet --no-deps "circuit-tracer==0.5.0" -d build/wheels
 "$VENV/bin/python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+T_INSTALL=$SECONDS  # seconds since the script started (bash)
 
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -62,6 +63,13 @@ else
   echo "== (working tree has changes: skipping the nbdev hygiene check, which needs a clean tree)"
 fi
 
+# One persistent JAX compilation cache for the whole command (the notebooks, the tests and the processes and Slurm jobs
+# they start), in this clone's build folder: a program compiled once is read back everywhere else, and in later runs.
+# Only programs that take at least 0.5 s to compile are kept. SGATLIN_JAX_CACHE names another folder.
+export JAX_COMPILATION_CACHE_DIR="${SGATLIN_JAX_CACHE:-$PWD/build/jax_cache}" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
+mkdir -p "$JAX_COMPILATION_CACHE_DIR"
+echo "== JAX compilation cache: $JAX_COMPILATION_CACHE_DIR ($(du -sh "$JAX_COMPILATION_CACHE_DIR" | cut -f1) before this run)"
+
 echo "== nbdev-test (notebooks, CPU), on a copy of the repository that keeps the outputs for the docs check"
 EXECUTED=$(mktemp -d "${TMPDIR:-/tmp}/sgatlin_executed.XXXXXX")
 NB_LOG="$EXECUTED.log"
@@ -74,10 +82,13 @@ grep -E '^[^ ]+\.ipynb: [0-9.]+ secs$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+) se
 echo "== cells slower than 30 s, slowest first (seconds)"
 grep -E '^[^ ]+\.ipynb:[^ ]+: [0-9.]+s$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+)s$/\2 \1/' | sort -k1,1nr | awk '{printf "%8.1f  %s\n", $1, $2}' || true
 export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
+T_NOTEBOOKS=$SECONDS
 
-# the tests start many processes (sgatlin commands, Slurm jobs) that compile the same programs: they share them
-export JAX_COMPILATION_CACHE_DIR="$EXECUTED/jax_cache" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
 # two workers, each module's tests together and the Slurm modules in one group, slowest groups first (tests/conftest.py)
+status=0
 "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --no-loadscope-reorder \
-  --durations=30  # and the 30 slowest tests
+  --durations=30 || status=$?  # and the 30 slowest tests
+echo "== stage times (s): install and checks $T_INSTALL, notebooks $((T_NOTEBOOKS - T_INSTALL)), pytest $((SECONDS - T_NOTEBOOKS)), total $SECONDS"
+[ "$status" -eq 0 ] || echo "FAIL: pytest exited with status $status"
+exit "$status"

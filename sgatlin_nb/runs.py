@@ -7,7 +7,7 @@ __all__ = ['EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'R
            'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums',
            'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog', 'read_metrics',
            'code_identity', 'load_run', 'read_params', 'exported', 'export_run', 'export_config', 'list_runs',
-           'ScriptSafeJSON', 'refuse_existing', 'into_place', 'save_chart']
+           'ScriptSafeJSON', 'refuse_existing', 'into_place', 'save_chart', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import uuid
 from pathlib import Path
 
 import jax
@@ -468,3 +469,47 @@ def save_chart(chart, path: str | Path, *, inline: bool = True, scale_factor: fl
         if fmt == 'html': chart.save(str(tmp), format='html', inline=inline, json_kwds={'cls': ScriptSafeJSON})
         else: chart.save(str(tmp), format='png', scale_factor=scale_factor)
 
+
+# %% ../nbs/06a_runs.ipynb #f11e5a06
+_first_chart = None  # the JSON of the first chart this kernel drew: its outputs carry the vega-embed bundle
+
+def chart_html(spec: dict, **_metadata) -> dict:
+    "The mimebundle of a chart drawn without a network: a `<div>` that vega-embed draws `spec` into (an Altair renderer)."
+    global _first_chart
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+    spec_js = json.dumps(spec, cls=ScriptSafeJSON)
+    _first_chart = _first_chart or spec_js
+    lib = ''
+    if spec_js == _first_chart:  # every rendering of the first chart: a frontend may format a result twice and keep the last
+        bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+        # its top-level names stay in the arrow function's scope; it defines window.vegaEmbed
+        lib = f'<script type="text/javascript">if (!window.vegaEmbed) {{ (() => {{\n{bundle}\n}})(); }}</script>\n'
+    div = f'altair-{uuid.uuid4().hex}'
+    html = f"""{lib}<div class="altair-offline" id="{div}"></div>
+<script type="text/javascript">
+(() => {{
+  const el = document.getElementById("{div}");
+  const fail = (err) => {{
+    el.innerHTML = '<div class="error" style="color:red;">Chart error: ' + String(err).replace(/</g, "&lt;") + '</div>';
+  }};
+  if (!window.vegaEmbed) {{ fail("vega-embed is not loaded: the output of this kernel's first chart carries it (run that cell again)"); return; }}
+  window.vegaEmbed(el, {spec_js}, {{"mode": "vega-lite"}}).catch(fail);
+}})();
+</script>"""
+    return {'text/html': html}
+
+def offline_charts(force: bool = False) -> str:
+    "Make `chart_html` Altair's renderer (`sgatlin-offline`) if Altair's default is active, or always with `force`; the active renderer's name."
+    import altair as alt
+    alt.renderers.register('sgatlin-offline', chart_html)
+    if force or alt.renderers.active == 'default': alt.renderers.enable('sgatlin-offline')
+    return alt.renderers.active
+
+def _in_kernel() -> bool:
+    "Whether this runs in a Jupyter kernel (an IPython shell with a kernel behind it)."
+    try: from IPython import get_ipython
+    except ImportError: return False
+    return getattr(get_ipython(), 'kernel', None) is not None
+
+if _in_kernel(): offline_charts()

@@ -1,3 +1,5 @@
+import contextlib
+import io
 import os
 import shutil
 import re
@@ -14,9 +16,10 @@ CHROMIUM = os.environ.get("SGATLIN_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("SGATLIN_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
-def start_chromium(profile_dir, width: int = 1280):
+def start_chromium(profile_dir, width: int = 1280, loopback: bool = False):
     """Headless Chromium from Debian's packages, driven by its chromedriver, with the network cut off; the page's
-    uncaught errors collect in `window.__pageErrors`. Fails (never skips) when Chromium is missing."""
+    uncaught errors collect in `window.__pageErrors`. Fails (never skips) when Chromium is missing. With `loopback`, it
+    still reaches 127.0.0.1 (a local server under test); nothing else resolves."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     for exe, pkg, var in ((CHROMIUM, "chromium", "SGATLIN_CHROMIUM"), (CHROMEDRIVER, "chromium-driver", "SGATLIN_CHROMEDRIVER")):
@@ -26,7 +29,7 @@ def start_chromium(profile_dir, width: int = 1280):
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-                "--host-resolver-rules=MAP * ~NOTFOUND",  # offline, like CI: a page that needs a CDN fails here
+                "--host-resolver-rules=MAP * ~NOTFOUND" + (", EXCLUDE 127.0.0.1" if loopback else ""),  # offline, like CI: a page that needs a CDN fails here
                 f"--user-data-dir={profile_dir}"):
         opts.add_argument(arg)
     # An explicit driver path: Selenium Manager stays out of it and downloads nothing.
@@ -63,6 +66,42 @@ def run_sgatlin(args, data_dir, timeout=600, extra_env=None, cwd=None) -> subpro
     else:
         env["SGATLIN_DATA_DIR"] = str(data_dir)
     return subprocess.run(sgatlin_cmd() + list(args), capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def run_in_process(args, data_dir, extra_env=None, cwd=None) -> subprocess.CompletedProcess:
+    """`run_sgatlin`'s call made in this process, for refusals: `main(ARGS)` as the console script calls it, with the same
+    environment (set for the call, then restored), in `cwd`, and file descriptors 1 and 2 captured (what C code and
+    child processes write is caught too). No interpreter start-up and no import per call; a command that ends the
+    process (SystemExit) gives its status."""
+    import tempfile
+    from sgatlin_nb.cli import main
+    env = {"JAX_PLATFORMS": "cpu", **(extra_env or {})}
+    env["SGATLIN_DATA_DIR"] = None if data_dir is None else str(data_dir)
+    saved_env = {k: os.environ.get(k) for k in env}
+    saved_cwd = os.getcwd()
+    sys.stdout.flush(); sys.stderr.flush()
+    saved_fds = os.dup(1), os.dup(2)
+    py_out, py_err = io.StringIO(), io.StringIO()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            for k, v in env.items():
+                if v is None: os.environ.pop(k, None)
+                else: os.environ[k] = v
+            if cwd is not None: os.chdir(cwd)
+            os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
+            with contextlib.redirect_stdout(py_out), contextlib.redirect_stderr(py_err):  # Python's own writes
+                try: status = main(list(args))
+                except SystemExit as e: status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            os.dup2(saved_fds[0], 1); os.dup2(saved_fds[1], 2)
+            for fd in saved_fds: os.close(fd)
+            os.chdir(saved_cwd)
+            for k, v in saved_env.items():
+                if v is None: os.environ.pop(k, None)
+                else: os.environ[k] = v
+        out.seek(0); err.seek(0)
+        return subprocess.CompletedProcess(list(args), status, out.read().decode(errors="replace") + py_out.getvalue(),
+                                           err.read().decode(errors="replace") + py_err.getvalue())
 
 
 def snapshot(folder) -> dict:
@@ -102,7 +141,7 @@ def slurm_delays() -> dict:
 # that submit jobs form one unit, since they queue on the same one-node cluster. Units start slowest first (as
 # measured in CI), so the longest, the miniature paper pipeline, does not start last.
 SLURM_MODULES = ("test_paper_pipeline", "test_slurm")
-SLOWEST_FIRST = ("slurm", "test_gpu_lowering", "test_bad_input", "test_demo", "test_commands", "test_docs",
+SLOWEST_FIRST = ("slurm", "test_jupyterlab", "test_gpu_lowering", "test_bad_input", "test_demo", "test_commands", "test_docs",
                  "test_multiprocess", "test_train_resume", "test_multidevice")
 
 

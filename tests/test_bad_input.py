@@ -1,7 +1,10 @@
 """Bad input ends with one line saying what to do, exit status 2, no traceback, and nothing lost.
 
-Each case runs the command as a user would (a subprocess of the console script) and checks the line, the
-status, and that the files already there are unchanged (`snapshot`: SHA-256 of every file).
+Each case checks the line, the status, and that the files already there are unchanged (`snapshot`: SHA-256 of every
+file). Every command is refused at least once as a user runs it (a subprocess of the console script: `run_sgatlin`);
+the other refusals call `main` in this process with the same environment and the file descriptors captured
+(`run_in_process`), which saves an interpreter start and the imports per case. The runs the refusals read (`run20`)
+and the runs that must succeed are real subprocesses.
 """
 import dataclasses
 import json
@@ -19,7 +22,7 @@ import numpy as np
 import pytest
 
 import sgatlin_nb.train as train_mod
-from conftest import run_sgatlin, sgatlin_cmd, snapshot
+from conftest import run_in_process, run_sgatlin, sgatlin_cmd, snapshot
 from sgatlin_nb.configs import PRESETS
 from sgatlin_nb.train import train
 from sgatlin_nb.runs import RunError, checkpoint_steps
@@ -37,8 +40,13 @@ def _fails(res, *needles):
     return lines[0]
 
 
-def _train(out, data_dir, *extra, data="tinystories"):
-    return run_sgatlin(["train", "--config", "test-tiny", "--data", str(data), "--out", str(out), "--quiet", *extra], data_dir)
+def _train(out, data_dir, *extra, data="tinystories", run=run_sgatlin):
+    return run(["train", "--config", "test-tiny", "--data", str(data), "--out", str(out), "--quiet", *extra], data_dir)
+
+
+def _refused_train(out, data_dir, *extra, data="tinystories"):
+    "`_train` in this process (`run_in_process`): for refusals, once `sgatlin train` has been refused in a subprocess."
+    return _train(out, data_dir, *extra, data=data, run=run_in_process)
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +73,14 @@ def test_not_a_run(tmp_path, data_dir, run20):
     (tmp_path / "db" / "manifest.json").write_text('{"format": "sgatlin-circuits"}')
     for cmd in ("eval", "sample", "usage", "patch", "record"):
         _fails(run_sgatlin([cmd, "--run", str(tmp_path / "none")], data_dir), "does not exist")
-    _fails(run_sgatlin(["eval", "--run", str(tmp_path / "empty")], data_dir), "holds no sgatlin run")
-    _fails(run_sgatlin(["sample", "--run", str(tmp_path / "db")], data_dir), "is a circuit database, not a training run")
+    _fails(run_in_process(["eval", "--run", str(tmp_path / "empty")], data_dir), "holds no sgatlin run")
+    _fails(run_in_process(["sample", "--run", str(tmp_path / "db")], data_dir), "is a circuit database, not a training run")
     assert snapshot(tmp_path / "db") == {"manifest.json": snapshot(tmp_path / "db")["manifest.json"]}
     # the spellings of earlier versions say what to type now, and do not run
-    _fails(run_sgatlin(["eval", "--out", str(run20)], data_dir), "--out is now --run")
-    _fails(run_sgatlin(["patch", "--results", str(tmp_path / "x")], data_dir), "--results is now --out")
-    _fails(run_sgatlin(["usage", "--report", str(tmp_path / "x")], data_dir), "--report is now --out")
-    _fails(run_sgatlin(["usage", "--out", str(run20)], data_dir), f"name the run with --run {run20}")
+    _fails(run_in_process(["eval", "--out", str(run20)], data_dir), "--out is now --run")
+    _fails(run_in_process(["patch", "--results", str(tmp_path / "x")], data_dir), "--results is now --out")
+    _fails(run_in_process(["usage", "--report", str(tmp_path / "x")], data_dir), "--report is now --out")
+    _fails(run_in_process(["usage", "--out", str(run20)], data_dir), f"name the run with --run {run20}")
     assert not (tmp_path / "x").exists()
 
 
@@ -98,7 +106,7 @@ def test_damaged_checkpoint(tmp_path, data_dir, run20, how, says):
     name = _damage(run / "checkpoints" / "20", how)
     before = snapshot(run)
     for cmd in (["eval"], ["sample", "--n-tokens", "5"]):
-        _fails(run_sgatlin([*cmd, "--run", str(run)], data_dir), "checkpoint step 20", "is damaged", name, says,
+        _fails(run_in_process([*cmd, "--run", str(run)], data_dir), "checkpoint step 20", "is damaged", name, says,
                "pass --step 10")
     assert snapshot(run) == before, "a refused command changes nothing"
     # asked for, the previous good checkpoint is used
@@ -129,15 +137,15 @@ def test_resume_with_other_settings_is_refused(tmp_path, data_dir, run20):
     run = _copy(run20, tmp_path)
     before = snapshot(run)
     _fails(_train(run, data_dir, "--steps", "20"), "already holds a run", "--resume")
-    _fails(_train(run, data_dir, "--steps", "30", "--resume"), "differs in: steps (was 20, now 30)")
-    _fails(_train(run, data_dir, "--steps", "20", "--resume", "--tokenizer", "gpt2"),
+    _fails(_refused_train(run, data_dir, "--steps", "30", "--resume"), "differs in: steps (was 20, now 30)")
+    _fails(_refused_train(run, data_dir, "--steps", "20", "--resume", "--tokenizer", "gpt2"),
            "tokenizer (was 'sgatlin', now 'gpt2')")
-    _fails(_train(run, data_dir, "--steps", "20", "--resume", data="tinystories-valid"),
+    _fails(_refused_train(run, data_dir, "--steps", "20", "--resume", data="tinystories-valid"),
            "data (was 'tinystories', now 'tinystories-valid')")
     assert snapshot(run) == before
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
-    _fails(_train(tmp_path / "other", data_dir), "not empty")
+    _fails(_refused_train(tmp_path / "other", data_dir), "not empty")
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
@@ -161,8 +169,8 @@ def test_second_train_on_the_same_folder_is_refused_and_a_killed_one_leaves_no_s
         while not (out / "metrics.jsonl").exists() and first.poll() is None and time.time() < deadline:
             time.sleep(0.1)
         assert first.poll() is None, first.stderr.read()[-2000:]
-        _fails(run_sgatlin(args, data_dir), f"is in use by sgatlin train (pid {first.pid}")
-        _fails(run_sgatlin(args + ["--resume"], data_dir), "is in use by sgatlin train")
+        _fails(run_in_process(args, data_dir), f"is in use by sgatlin train (pid {first.pid}")
+        _fails(run_in_process(args + ["--resume"], data_dir), "is in use by sgatlin train")
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -190,23 +198,23 @@ def test_second_train_on_the_same_folder_is_refused_and_a_killed_one_leaves_no_s
 ])
 def test_bad_corpus(tmp_path, data_dir, name, content, says):
     (tmp_path / name).write_bytes(content)
-    _fails(_train(tmp_path / "r", data_dir, data=tmp_path / name), name, says)
+    _fails(_refused_train(tmp_path / "r", data_dir, data=tmp_path / name), name, says)
     assert not (tmp_path / "r").exists(), "a run that never started leaves nothing behind"
 
 
 def test_missing_corpus(tmp_path, data_dir):
-    _fails(_train(tmp_path / "r", data_dir, data=tmp_path / "no_such_file.txt"), "no_such_file.txt")
+    _fails(_refused_train(tmp_path / "r", data_dir, data=tmp_path / "no_such_file.txt"), "no_such_file.txt")
     assert not (tmp_path / "r").exists(), "a run that never started leaves nothing behind"
     (tmp_path / "r").mkdir()  # a folder made by hand is kept
-    _fails(_train(tmp_path / "r", data_dir, data=tmp_path / "no_such_file.txt"), "no_such_file.txt")
+    _fails(_refused_train(tmp_path / "r", data_dir, data=tmp_path / "no_such_file.txt"), "no_such_file.txt")
     assert (tmp_path / "r").is_dir()
 
 
 def test_tokenizer_that_is_not_a_tokenizer(tmp_path, data_dir):
     (tmp_path / "tok.json").write_text('{"vocab": [1, 2, 3]}')
-    _fails(_train(tmp_path / "r", data_dir, "--tokenizer", str(tmp_path / "tok.json")), "tok.json is not a tokenizer")
+    _fails(_refused_train(tmp_path / "r", data_dir, "--tokenizer", str(tmp_path / "tok.json")), "tok.json is not a tokenizer")
     (tmp_path / "tok.bin").write_bytes(b"\x89PNG\r\n\x1a\n\0\0")
-    _fails(_train(tmp_path / "r2", data_dir, "--tokenizer", str(tmp_path / "tok.bin")), "is not a tokenizer")
+    _fails(_refused_train(tmp_path / "r2", data_dir, "--tokenizer", str(tmp_path / "tok.bin")), "is not a tokenizer")
 
 
 def test_hub_unreachable(tmp_path, data_dir):
@@ -219,7 +227,7 @@ def test_hub_unreachable(tmp_path, data_dir):
 # ---- a loss that becomes NaN ----
 
 def test_nan_loss_from_an_absurd_learning_rate(tmp_path, data_dir):
-    _fails(_train(tmp_path / "r", data_dir, "--lr", "1e9"), "loss became nan at step", "lower lr")
+    _fails(_refused_train(tmp_path / "r", data_dir, "--lr", "1e9"), "loss became nan at step", "lower lr")
 
 
 def test_nan_loss_keeps_the_last_good_checkpoint(tmp_path, data_dir, monkeypatch):
@@ -269,12 +277,12 @@ def test_circuit_database_of_another_model_or_schema(tmp_path, data_dir, run20):
     original = (db / "manifest.json").read_bytes()
     manifest = json.loads(original)
     before = snapshot(db)
-    line = _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(other), "--db", str(db), "--out",
+    line = _fails(run_in_process(["neighbours", "The dog.", "--run", str(other), "--db", str(db), "--out",
                                str(tmp_path / "nb"), "--layer", "1", "--quiet"], data_dir), "model.params: database")
     assert manifest["model"]["params"] in line, "the database's fingerprint is shown"
     assert line.count("'") >= 4, "and the run's next to it"
     (db / "manifest.json").write_text(json.dumps({**manifest, "schema_version": 0}))
-    _fails(run_sgatlin(["neighbours", "The dog.", "--run", str(run20), "--db", str(db), "--out", str(tmp_path / "nb"),
+    _fails(run_in_process(["neighbours", "The dog.", "--run", str(run20), "--db", str(db), "--out", str(tmp_path / "nb"),
                         "--layer", "1", "--quiet"], data_dir), "schema version 0", "reads version 1")
     (db / "manifest.json").write_bytes(original)
     assert snapshot(db) == before and not (tmp_path / "nb").exists()
@@ -308,13 +316,13 @@ def test_every_numeric_option_of_every_command_gets_one_line(capsys):
 
 
 def test_empty_prompt_and_bad_profile_window(tmp_path, data_dir, run20):
-    _fails(run_sgatlin(["sample", "--run", str(run20), "--prompt", ""], data_dir), "--prompt is empty")
-    _fails(run_sgatlin(["sample", "--run", str(run20), "--prompt", "Once", "--n-tokens", "0"], data_dir),
+    _fails(run_in_process(["sample", "--run", str(run20), "--prompt", ""], data_dir), "--prompt is empty")
+    _fails(run_in_process(["sample", "--run", str(run20), "--prompt", "Once", "--n-tokens", "0"], data_dir),
            "--n-tokens must be at least 1")
-    _fails(_train(tmp_path / "p", data_dir, "--steps", "5", "--profile", "3"), "--profile takes START:STOP")
-    _fails(_train(tmp_path / "p", data_dir, "--steps", "5", "--profile", "4:9"), "needs 0 <= START < STOP <= steps (5)")
-    _fails(_train(tmp_path / "p", data_dir, "--lr", "-1"), "--lr must be greater than 0")
-    _fails(_train(tmp_path / "p", data_dir, "--batch-size", "0"), "--batch-size must be at least 1")
+    _fails(_refused_train(tmp_path / "p", data_dir, "--steps", "5", "--profile", "3"), "--profile takes START:STOP")
+    _fails(_refused_train(tmp_path / "p", data_dir, "--steps", "5", "--profile", "4:9"), "needs 0 <= START < STOP <= steps (5)")
+    _fails(_refused_train(tmp_path / "p", data_dir, "--lr", "-1"), "--lr must be greater than 0")
+    _fails(_refused_train(tmp_path / "p", data_dir, "--batch-size", "0"), "--batch-size must be at least 1")
     assert not (tmp_path / "p").exists()
 
 
@@ -362,5 +370,5 @@ def test_attention_that_cannot_run_is_refused_before_anything_is_written(tmp_pat
     "cuDNN attention off a GPU, or an attention that does not exist: one line, and no run folder left behind."
     for value, needle in (("cudnn", "--attention cudnn needs a CUDA GPU"), ("flash", "must be one of ['auto', 'cudnn', 'xla']")):
         out = tmp_path / value
-        _fails(_train(out, data_dir, "--attention", value), needle)
+        _fails(_refused_train(out, data_dir, "--attention", value), needle)
         assert not out.exists(), sorted(out.rglob("*"))

@@ -111,6 +111,9 @@ def test_07_array_merge_and_figures(miniature_runs):
     assert sorted(p.name for p in run_dir.iterdir() if p.name.isdigit()) == sorted(str(i) for i in range(len(grid)))
     merged = json.loads((run_dir / "results.json").read_text())
     assert merged["missing"] == []
+    # --lean-tasks: the first task ran the whole page, the others its code, parameters and sweep cell only
+    cells = [len(nbformat.read(run_dir / str(i) / "executed-0.ipynb", as_version=4).cells) for i in range(len(grid))]
+    assert cells[0] > 3 * max(cells[1:]) and len(set(cells[1:])) == 1, cells
     budgets = [part["runs"][0]["budget"] for part in merged["parts"]]
     assert sorted(budgets) == sorted(MINI_GRID)  # one part per budget: each has its own batch and context
     runs = [r for part in merged["parts"] for r in part["runs"]]

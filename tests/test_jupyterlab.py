@@ -1,0 +1,270 @@
+"""The notebooks as a JupyterLab user opens them: `jupyter lab nbs/` from the test virtual environment, as the README
+starts it, driven in headless Chromium (the same Debian packages and Selenium as the docs check) with the network cut
+off but for the server on loopback.
+
+The server runs with a token, in a copy of the repository (pages write files beside themselves), with its own settings,
+workspace and IPython folders, so nothing of the user's JupyterLab or of the docs build's profile is read. Each page is
+opened by its URL, run from the menu (Run > Run All Cells) and waited for until no cell is queued and the kernel is
+idle. Then the DOM must show (`problems`): every code cell run, no error output, every Altair chart drawn (an `svg` or
+`canvas` with marks inside each chart's element), no progress bar or widget shown as text, and a screenshot that is
+not blank (kept in build/jupyterlab_screenshots/). 08_ablations has its `parameters` cell edited in the browser, as
+the README tells a GPU user to, and must take its miniature path. A page made broken on purpose (an exception, a chart
+drawn by Altair's default renderer, which needs a CDN, and the parameters edit left out) shows each check failing.
+"""
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+from conftest import ROOT, start_chromium
+
+VENV_BIN = Path(sys.executable).parent
+SHOTS = ROOT / "build" / "jupyterlab_screenshots"
+# what a tqdm bar or an ipywidget shows when the front end cannot draw it
+RAW_WIDGET = re.compile(r"\b(?:HBox|VBox|FloatProgress|IntProgress|HTML)\(children=|\bFloatProgress\(value=|IProgress not found|"
+                        r"Widget Javascript not detected|Error displaying widget")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, data_dir):
+    "A JupyterLab server on loopback, in a copy of the repository: (base URL, token, copy)."
+    tmp = tmp_path_factory.mktemp("lab")
+    copy = tmp / "repo"
+    ignore = shutil.ignore_patterns(".git", ".venv", "build", "_proc", "_docs", "runs", "*.egg-info", "__pycache__",
+                                    ".ipynb_checkpoints", ".pytest_cache")
+    shutil.copytree(ROOT, copy, ignore=ignore, symlinks=True)
+    settings = tmp / "settings"
+    for plugin, values in {
+        # every cell in the DOM, as a reader scrolls through them (JupyterLab 4 otherwise draws only the visible ones)
+        "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+        # no news or update checks: the machine is offline
+        "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    }.items():
+        f = settings / f"{plugin}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(values))
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "IPYTHONDIR": str(tmp / "ipython"),  # a user's own IPython profile, not the docs build's
+           "JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # the data: as the test session has them
+    log = open(tmp / "lab.log", "w")
+    server = subprocess.Popen(
+        [str(VENV_BIN / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
+         "nbs/"],  # as the README starts it, from the repository's folder
+        cwd=copy, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        if server.poll() is not None:
+            pytest.fail(f"jupyter lab exited with {server.returncode}:\n{(tmp / 'lab.log').read_text()[-3000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        pytest.fail(f"jupyter lab did not listen on port {port} within 60 s:\n{(tmp / 'lab.log').read_text()[-3000:]}")
+    yield base, token, copy, tmp / "lab.log"
+    server.terminate()
+    try: server.wait(30)
+    except subprocess.TimeoutExpired: server.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = start_chromium(tmp_path_factory.mktemp("chromium-lab"), width=1400, loopback=True)
+    driver.set_page_load_timeout(120)
+    yield driver
+    driver.quit()
+
+
+def _wait(what: str, fn, timeout: float, poll: float = 0.5):
+    "The first truthy value of `fn()` within `timeout` seconds, else a failure naming `what`."
+    end = time.time() + timeout
+    while time.time() < end:
+        value = fn()
+        if value: return value
+        time.sleep(poll)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _js(driver, script: str, *args):
+    return driver.execute_script(script, *args)
+
+
+def open_notebook(driver, lab, rel: str):
+    "Open `rel` (a notebook of nbs/, the server's root) in JupyterLab and wait for its kernel to be idle."
+    base, token, _, _ = lab
+    driver.get(f"{base}/lab/tree/{rel}?token={token}&reset")
+    _wait(f"{rel} to open", lambda: _js(driver, "return document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length"), 120)
+    _wait(f"the kernel of {rel} to start", lambda: _kernel_status(driver) == "idle", 120)
+
+
+def _kernel_status(driver) -> str | None:
+    return _js(driver, """const el = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+                          return el ? el.getAttribute('data-status') : null;""")
+
+
+def run_all_from_menu(driver):
+    "Run > Run All Cells, clicked as a person clicks it."
+    menu = _wait("the Run menu", lambda: next((e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item")
+                                                if e.text.strip() == "Run"), None), 30)
+    menu.click()
+    item = _wait("Run All Cells", lambda: next((e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-Menu-item")
+                                                 if e.text.strip().startswith("Run All Cells")), None), 30)
+    item.click()
+
+
+def wait_until_run(driver, rel: str, timeout: float):
+    "Run All has queued the cells (prompts `[*]`), and now none is queued or running and the kernel is idle."
+    def prompts():
+        return _js(driver, """return [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
+                              .map(p => p.textContent.trim());""")
+    _wait(f"the cells of {rel} to be queued", lambda: "[*]:" in prompts(), 60, poll=0.2)
+    _wait(f"every cell of {rel} to run", lambda: "[*]:" not in prompts() and _kernel_status(driver) == "idle", timeout, poll=2)
+    return prompts()
+
+
+def page_state(driver) -> dict:
+    "What the open notebook shows: error outputs, each chart (drawn or not), raw widget text, the outputs' text."
+    return _js(driver, """
+      const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook');
+      const outs = [...nb.querySelectorAll('.jp-OutputArea-output')];
+      // a Python exception: JupyterLab renders its traceback as an error output
+      const errors = outs.filter(o => o.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr'
+                                      && /Traceback|Error:/.test(o.textContent) || o.querySelector('.jp-mod-error'))
+                         .map(o => o.textContent.slice(0, 600));
+      // every place a chart should be: ours (.altair-offline), Altair's own HTML (#altair-viz-...), any vega-embed
+      const slots = [...nb.querySelectorAll('.altair-offline, [id^="altair-viz-"]')];
+      const charts = slots.map(el => {
+          const svg = el.querySelector('svg');
+          const canvas = el.querySelector('canvas');
+          const marks = svg ? svg.querySelectorAll('.mark-symbol path, .mark-line path, .mark-rect path, .mark-area path, .mark-rule line, .mark-text text, .mark-point path, path.mark, g.mark-group').length
+                            : (canvas ? canvas.width * canvas.height : 0);
+          return {drawn: !!(svg || canvas) && marks > 0, marks, error: (el.querySelector('.error') || {}).textContent || null,
+                  text: el.textContent.slice(0, 300)};
+      });
+      const prompts = [...nb.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
+      return {errors, charts, prompts, text: outs.map(o => o.textContent).join('\\n'),
+              widgetViews: nb.querySelectorAll('.jupyter-widgets').length};
+    """)
+
+
+def _inked(png: bytes) -> float:
+    "Fraction of the screenshot's pixels that are not the background colour."
+    import io
+    import numpy as np
+    from PIL import Image
+    a = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    values, counts = np.unique(a, return_counts=True)
+    return 1 - counts.max() / a.size
+
+
+def problems(driver, rel: str, min_charts: int = 0) -> list[str]:
+    "What is wrong with the open notebook after its run: cells not run, errors, charts not drawn, widgets as text, blank."
+    st = page_state(driver)
+    found = []
+    not_run = [p for p in st["prompts"] if not re.fullmatch(r"\[\d+\]:", p)]
+    if not_run: found.append(f"{len(not_run)} of {len(st['prompts'])} code cells did not run")
+    found += [f"error output: {e}" for e in st["errors"]]
+    found += [f"a chart did not draw: {c}" for c in st["charts"] if not c["drawn"]]
+    if len(st["charts"]) < min_charts: found.append(f"{len(st['charts'])} charts, expected at least {min_charts}")
+    if raw := RAW_WIDGET.search(st["text"]):
+        found.append(f"a widget shown as text: {st['text'][max(0, raw.start() - 100):raw.end() + 100]!r}")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    png = driver.get_screenshot_as_png()
+    (SHOTS / f"{Path(rel).stem}.png").write_bytes(png)
+    if _inked(png) < 0.02: found.append("the screenshot is blank")
+    return found
+
+
+def check_page(driver, rel: str, min_charts: int = 0) -> dict:
+    "The open notebook after its run shows no problem; what it shows."
+    found = problems(driver, rel, min_charts)
+    assert not found, f"{rel}:\n" + "\n".join(found)
+    return page_state(driver)
+
+
+def edit_parameters(driver, line: str):
+    "Type `line` at the end of the open notebook's `parameters` cell, as a person does (click, Ctrl+End, Enter, type)."
+    cell = _wait("the parameters cell", lambda: next(
+        (c for c in driver.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell")
+         if "run_full = False" in c.text), None), 60)
+    editor = cell.find_element(By.CSS_SELECTOR, ".cm-content")
+    editor.click()
+    editor.send_keys(Keys.CONTROL, Keys.END)
+    editor.send_keys(Keys.ENTER, line)
+    _wait("the edit to show", lambda: line in cell.text, 10)
+    editor.send_keys(Keys.ESCAPE)  # command mode, as a click outside the cell leaves it
+
+
+# the pages a newcomer opens first, and one that draws charts; the least number of charts each must show
+PAGES = {"tour.ipynb": 0, "01_sgatlin.ipynb": 0, "03_complexity.ipynb": 1, "16_demo.ipynb": 0}
+
+
+@pytest.mark.parametrize("rel", list(PAGES))
+def test_page_runs_from_the_menu(rel, lab, browser):
+    open_notebook(browser, lab, rel)
+    run_all_from_menu(browser)
+    wait_until_run(browser, rel, 900)
+    check_page(browser, rel, PAGES[rel])
+
+
+def test_parameters_edited_in_the_browser_take_the_miniature_path(lab, browser):
+    "The README's way to run a paper page for real: switch its parameters on in the `parameters` cell, run all."
+    rel = "08_ablations.ipynb"
+    _, _, copy, _ = lab
+    out = copy / "nbs" / "results" / "ablations_paper.json"
+    assert not out.exists()
+    open_notebook(browser, lab, rel)
+    edit_parameters(browser, "run_full = True; miniature = True")
+    run_all_from_menu(browser)
+    wait_until_run(browser, rel, 900)
+    st = check_page(browser, rel)
+    assert "∅ sgatlin" in st["text"] and "vs sgatlin" in st["text"], "the miniature ablation table is not shown"
+    runs = json.loads(out.read_text())["runs"]  # what the guarded cell trained, where its parameters say
+    assert len(runs) >= 2 and all(r["error"] is None for r in runs), runs
+
+
+def test_the_checks_fail_on_a_broken_page(lab, browser):
+    "A page that raises, a chart drawn by Altair's default renderer (it needs a CDN) and an edit left out: each is caught."
+    rel = "zz_broken.ipynb"
+    _, _, copy, _ = lab
+    cells = [nbformat.v4.new_code_cell("run_full = False"),
+             nbformat.v4.new_code_cell("import altair as alt\nalt.renderers.enable('default')\n"
+                                       "alt.Chart(alt.Data(values=[{'a': 1}])).mark_point().encode(x='a:Q')"),
+             nbformat.v4.new_code_cell("if run_full: print('the guarded path ran')"),
+             nbformat.v4.new_code_cell("raise ValueError('broken on purpose')"),
+             nbformat.v4.new_code_cell("print('after the error')")]
+    cells[0].metadata["tags"] = ["parameters"]
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=kernel), copy / "nbs" / rel)
+    open_notebook(browser, lab, rel)
+    run_all_from_menu(browser)  # the edit left out
+    wait_until_run(browser, rel, 120)
+    found = problems(browser, rel)
+    assert any("broken on purpose" in f for f in found), found
+    assert any(f.startswith("a chart did not draw") for f in found), found
+    assert "1 of 5 code cells did not run" in found, found
+    assert "the guarded path ran" not in page_state(browser)["text"]
