@@ -669,6 +669,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs.list_runs': ('runs.html#list_runs', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.load_run': ('runs.html#load_run', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.lock_run': ('runs.html#lock_run', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs.new_file_mode': ('runs.html#new_file_mode', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.offline_charts': ('runs.html#offline_charts', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.one_line': ('runs.html#one_line', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.read_metrics': ('runs.html#read_metrics', 'sgatlin_nb/runs.py'),

@@ -7,7 +7,8 @@ __all__ = ['EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'R
            'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums',
            'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog', 'read_metrics',
            'code_identity', 'load_run', 'read_params', 'exported', 'export_run', 'export_config', 'list_runs',
-           'ScriptSafeJSON', 'refuse_existing', 'into_place', 'save_chart', 'chart_html', 'offline_charts']
+           'ScriptSafeJSON', 'refuse_existing', 'new_file_mode', 'into_place', 'save_chart', 'chart_html',
+           'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -20,6 +21,7 @@ import os
 import shutil
 import signal
 import socket
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -449,13 +451,23 @@ def refuse_existing(paths, overwrite: bool = False, what: str = 'it'):
         if p.exists() or p.is_symlink():
             raise RunError(f"{p} already exists: {what} would replace it. Choose another --out, or pass --overwrite")
 
+def new_file_mode(directory: bool = False) -> int:
+    "The permissions a new file (or folder) gets here: 0o666 (0o777) less the process's umask."
+    mask = os.umask(0); os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
 @contextlib.contextmanager
 def into_place(path: str | Path):
-    "Yield a temporary path beside `path`; on success rename it to `path`, on failure remove it."
+    """Yield a new temporary file beside `path`; on success rename it to `path`, on failure remove it. Its name is
+    unique and this call creates it (`mkstemp`), so a file or link already there under any name is never written
+    through or removed; the file renamed into place has the permissions a new file gets."""
     path = Path(path)
-    tmp = path.with_name(path.name + '.partial')
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
+    os.close(fd)
+    tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     finally:
         if tmp.exists(): tmp.unlink()

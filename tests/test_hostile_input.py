@@ -208,6 +208,23 @@ def test_damaged_parquet_is_one_line_for_pages_and_neuron(hostile_db, tmp_path, 
     assert not (tmp_path / "n.html").exists() and not (tmp_path / "site").exists() and not (tmp_path / "site.partial").exists()
 
 
+def test_a_manifest_cut_short_is_one_line_for_every_reader(hostile_db, tmp_path, capsys):
+    "A manifest.json without its recording or counts section (edited, or cut by hand): one line naming the field."
+    db, _ = hostile_db
+    run = str(reference_run())
+    for section in ("recording", "counts"):
+        cut = Path(shutil.copytree(db.path, tmp_path / section))
+        manifest = json.loads((cut / "manifest.json").read_text())
+        del manifest[section]
+        (cut / "manifest.json").write_text(json.dumps(manifest))
+        needle = f"{cut / 'manifest.json'} lacks {section}."
+        _refused(capsys, ["neighbours", "The dog.", "--run", run, "--db", str(cut), "--out", str(tmp_path / "nb")], needle)
+        _refused(capsys, ["map", "--db", str(cut), "--out", str(tmp_path / "map")], needle)
+        _refused(capsys, ["neuron", "--run", run, "--db", str(cut), "--layer", "1", "--channel", "0", "--neuron", "0",
+                          "--out", str(tmp_path / "n.html"), "--quiet"], needle)
+        _refused(capsys, ["pages", "--run", run, "--db", str(cut), "--out", str(tmp_path / "site"), "--quiet"], needle)
+    assert not [p.name for p in tmp_path.iterdir() if p.name not in ("recording", "counts")]
+
 def test_a_checkpoint_rotated_out_while_read_is_not_damage(data_dir, tmp_path, monkeypatch):
     """`eval` reads the newest checkpoint while the trainer saves a newer one and removes it: the reader lists the
     checkpoints again and reads the newer one, instead of calling the removed one damaged."""

@@ -113,8 +113,19 @@ def _js(driver, script: str, *args):
     return driver.execute_script(script, *args)
 
 
+def shut_down_kernels(lab):
+    "End every session of the server and its kernel (the REST API), as closing a page and its kernel does: pages do not add up in memory."
+    import urllib.request
+    base, token, _, _ = lab
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=30) as r:
+        sessions = json.load(r)
+    for sess in sessions:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/api/sessions/{sess['id']}?token={token}", method="DELETE"), timeout=60)
+
+
 def open_notebook(driver, lab, rel: str):
-    "Open `rel` (a notebook of nbs/, the server's root) in JupyterLab and wait for its kernel to be idle."
+    "Open `rel` (a notebook of nbs/, the server's root) in JupyterLab, the only kernel, and wait for it to be idle."
+    shut_down_kernels(lab)
     base, token, _, _ = lab
     driver.get(f"{base}/lab/tree/{rel}?token={token}&reset")
     _wait(f"{rel} to open", lambda: _js(driver, "return document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length"), 120)

@@ -90,6 +90,9 @@ def test_missing_manifest_and_occupied_out(tiny, db, tmp_path):
 def test_overwrite_and_interrupted_build(tiny, tmp_path):
     model, tok, texts = tiny
     out = tmp_path / "db"
+    mine = tmp_path / "db.partial"  # a folder of the user's under the name a build once used: never reused or removed
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
     build_circuit_db(model, tok, texts[:3], out, progress=False)
     with pytest.raises(ValueError, match="overwrite=True"):
         build_circuit_db(model, tok, texts, out, progress=False)
@@ -100,11 +103,12 @@ def test_overwrite_and_interrupted_build(tiny, tmp_path):
     with pytest.raises(RuntimeError, match="disk gone"):
         build_circuit_db(model, tok, broken(), out, batch_size=2, overwrite=True, progress=False)
     assert CircuitDB(out).manifest["counts"]["documents"] == 3, "the old database survives a failed rebuild"
-    assert not out.with_name(out.name + ".partial").exists(), "and the failed build leaves nothing behind"
+    assert not list(out.parent.glob(".db.*.partial")), "and the failed build leaves nothing behind"
 
     streamed = build_circuit_db(model, tok, iter(texts), out, batch_size=3, overwrite=True, progress=False)
     assert streamed.manifest["counts"]["documents"] == len(texts)
-    assert not out.with_name(out.name + ".partial").exists()
+    assert (mine / "notes.txt").read_text() == "mine" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert not list(out.parent.glob(".db.*.partial"))
 
 
 def test_plain_parquet_readers(db):

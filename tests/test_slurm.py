@@ -45,11 +45,12 @@ def test_sbatch_text(tmp_path):
     assert len(srun) == 1
     args = shlex.split(srun[0])
     inner = args[args.index("-c") + 1]
-    assert inner.startswith(f"papermill {SCALING}") and "--kernel python3" in inner and f"--cwd {NBS}" in inner
+    assert inner.startswith('papermill "$2" ') and "--kernel python3" in inner and f"--cwd {NBS}" in inner  # $2: the task's notebook
     assert '"$0/executed-$SLURM_PROCID.ipynb"' in inner and '> "$0/papermill-$SLURM_PROCID.log"' in inner
     assert ' -y "$1"' in inner and "--yaml" not in inner  # papermill 2.7 spells it -y / --parameters_yaml
-    assert args[-3:] == ["$TASK_DIR", "$PARAMS", "&"]  # in the background, so the USR1 trap fires while the script waits
-    params = [yaml.safe_load(shlex.split(m)[0]) for m in re.findall(r"PARAMS=(.*) ;;", text)]
+    assert args[-4:] == ["$TASK_DIR", "$PARAMS", "$NB", "&"]  # in the background, so the USR1 trap fires while the script waits
+    assert re.findall(r" NB=(\S+) ;;", text) == [str(SCALING)] * 2  # without lean tasks every task runs the page itself
+    params = [yaml.safe_load(shlex.split(m)[0]) for m in re.findall(r"PARAMS=(.*) NB=", text)]
     assert params == tasks
     assert params[1] == {"retrain_cpu": True, "results_path": f"{tmp_path}/1/r.json", "scales": [5], "budgets": [1e17]}
     assert isinstance(params[0]["budgets"][0], float)
