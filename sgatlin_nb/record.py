@@ -280,7 +280,7 @@ def layer_index(layer, n_layers: int) -> int:
     return int(layer) % n_layers
 
 MANIFEST_FIELDS = {'recording': {'max_len': int, 'n_layers': int, 'n_channels': int, 'k': int, 'd_ffw': int},
-                   'counts': {'documents': int, 'tokens': int}, 'dataset': {'name': str}}  # checked when a database opens
+                   'counts': {'documents': int, 'tokens': int}}  # checked when a database opens: what the readers use
 
 class CircuitDB:
     "A circuit database directory: its manifest, documents, tokens and per-layer gates, read from Parquet."
