@@ -91,7 +91,8 @@ def _setup_lines(setup: str | None) -> list[str]:
     activate = Path(sys.prefix) / 'bin' / 'activate'
     return [f'source {shlex.quote(str(activate))}'] if sys.prefix != sys.base_prefix and activate.exists() else []
 
-_DIRECTIVE_OK = re.compile(r'[A-Za-z0-9._+@:,=-]+')  # what a job name, partition or account may hold in an #SBATCH line
+_DIRECTIVE_CHARS = r'A-Za-z0-9._+@:,=-'  # what a job name, partition or account may hold in an #SBATCH line
+_DIRECTIVE_OK = re.compile(f'[{_DIRECTIVE_CHARS}]+')
 
 def _directives(**values) -> None:
     """Refuse a job name, partition or account that is not one plain word: a line break would end its `#SBATCH` line
@@ -349,7 +350,7 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
            log=print) -> str:
     "Run `notebook` with papermill on Slurm (a job array over `sweep`); returns the job id, or the scripts if `dry_run`."
     nb = Path(notebook)
-    job_name = job_name or re.sub(r'[^A-Za-z0-9._+@:,=-]', '_', nb.stem)
+    job_name = job_name or re.sub(f'[^{_DIRECTIVE_CHARS}]', '_', nb.stem)
     _directives(job_name=job_name, partition=partition, account=account)  # before the run folder is named after it
     run_dir = Path(run_dir).absolute() if run_dir else Path(out_dir).absolute() / f'{job_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}'
     tasks = sweep_tasks(nb, parse_params(params), parse_sweep(sweep), run_dir)
