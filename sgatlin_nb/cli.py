@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import urllib.parse
 import shlex
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from fastcore.script import anno_parser
 from .configs import PRESETS, config_yaml, make_config
 from .distributed import init_distributed
 from .train import DiskFull, evaluate, make_eval_step, sample_text, train as train_run
-from .runs import Preempted, RunError, export_run, exported, list_runs, load_run
+from .runs import Preempted, RunError, export_run, exported, list_runs, load_run, terminal_safe
 from .data import TokenFile, unigram_cross_entropy
 # the analysis commands import their modules when they run: `demo` alone pulls in altair, pandas and scipy (about
 # 5 s), which `sgatlin train`, `eval` and `sample` do not need
@@ -129,7 +130,15 @@ def sample(run: str = 'runs/tinystories-cpu',  # training run to sample from
            step: int = None):              # checkpoint step (default: latest)
     "Continue a prompt with a trained run's model."
     if not prompt.strip(): raise RunError("--prompt is empty: give text for the model to continue, e.g. --prompt 'Once upon a time'")
+    if n_tokens < 1: raise RunError(f"--n-tokens must be at least 1, got {n_tokens}")
     cfg, tok, graphdef, params, _ = load_run(run, step)
+    n_prompt, ctx = len(tok.encode(prompt).ids), cfg.model.seq_len
+    if n_prompt > ctx - 1:  # what `sample_text` does, said aloud
+        print(f"sgatlin sample: note: the prompt is {n_prompt} tokens and the model reads {ctx}: it continues the last {ctx - 1}",
+              file=sys.stderr)
+    if n_tokens > (room := ctx - min(n_prompt, ctx - 1)):
+        print(f"sgatlin sample: note: {room} tokens fit after the prompt in the model's context of {ctx}: "
+              f"it writes {room}, not --n-tokens {n_tokens}", file=sys.stderr)
     text = sample_text(graphdef, params, tok, prompt, n_tokens, temperature, seed)
     print(text)
     return text
@@ -151,7 +160,7 @@ def runs(root: str = 'runs'):  # folder to search (at any depth) for training ru
         print(f"no sgatlin runs under {root}")
         return rows
     cols = list(rows[0])
-    cells = [cols] + [['-' if r[c] is None else str(r[c]) for c in cols] for r in rows]
+    cells = [cols] + [['-' if r[c] is None else terminal_safe(str(r[c])) for c in cols] for r in rows]  # a folder name is printed as text
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     for row in cells: print('  '.join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     return rows
@@ -344,7 +353,9 @@ def graph(prompt: str,                # the prompt (positional); the model reads
         raise RunError(f"--pages {pages} holds no site (no index.html): write one with `sgatlin pages --out {pages}`")
     def href(layer, channel, neuron):  # a relative link, only to pages the site has
         page = site / neuron_file(layer, channel, neuron)
-        return os.path.relpath(page, out_dir) if page.is_file() else None
+        if not page.is_file(): return None
+        link = urllib.parse.quote(Path(os.path.relpath(page, out_dir)).as_posix())  # ':' escaped, and ./ first: never a scheme
+        return link if link.startswith('../') else f'./{link}'
     s = write_graph(nnx.merge(graphdef, params), tokenizer, prompt, out_dir, target=target, prune=shares,
                     neuron_href=href if site is not None else None, bos=bos_id(tokenizer), overwrite=overwrite)
     print(f"{out_dir / 'graph.html'}: {s['kept_nodes']} of {s['nodes']} nodes, {s['kept_edges']:,} of {s['edges']:,} edges; "

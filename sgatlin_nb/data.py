@@ -7,11 +7,12 @@ __all__ = ['DATA_DIR_ENV', 'SAMPLES_DIR', 'CORPORA', 'STREAMED', 'EOT', 'PAD', '
            'SPLITS', 'PAD_TARGET', 'BATCHINGS', 'PAIRED', 'WHOLE_CORPUS_BYTES', 'TOKENIZER_TEXT_BYTES', 'Corpus',
            'data_root', 'resolve_corpus', 'read_texts', 'repair_mojibake', 'train_tokenizer', 'load_tokenizer',
            'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path', 'TokenFile', 'packed_ids',
-           'tokenize_corpus', 'tokenize_split', 'batch_at', 'eval_batches', 'document_rows', 'epoch_steps',
-           'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy', 'DataError', 'tokenized_whole',
-           'run_tokens', 'prepare_data', 'resolve_steps', 'train_batch']
+           'new_file_mode', 'into_place', 'tokenize_corpus', 'tokenize_split', 'batch_at', 'eval_batches',
+           'document_rows', 'epoch_steps', 'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy',
+           'DataError', 'tokenized_whole', 'run_tokens', 'prepare_data', 'resolve_steps', 'train_batch']
 
 # %% ../nbs/05_data.ipynb #07cc9d32
+import contextlib
 import dataclasses
 import hashlib
 import gzip
@@ -20,6 +21,7 @@ import itertools
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -132,8 +134,12 @@ def _jsonl_texts(path: Path, text_field: str) -> Iterator[str]:
     "Documents of a JSON-lines file: the `text_field` of each object."
     for i, line in enumerate(_utf8_lines(path), 1):
         if not line.strip(): continue
-        row = json.loads(line)
+        try: row = json.loads(line)
+        except json.JSONDecodeError as e: raise ValueError(f"{path} line {i} is not JSON ({e.msg}, column {e.colno})") from None
+        if not isinstance(row, dict): raise ValueError(f"{path} line {i} is not a JSON object: one object per line, with a {text_field!r} field")
         if text_field not in row: raise ValueError(f"{path} line {i} has no {text_field!r} field (text_field=?): {sorted(row)}")
+        if not isinstance(row[text_field], str):
+            raise ValueError(f"{path} line {i}: the {text_field!r} field must be a string, got {type(row[text_field]).__name__}")
         yield row[text_field]
 
 def _json_texts(path: Path) -> Iterator[str]:
@@ -141,7 +147,9 @@ def _json_texts(path: Path) -> Iterator[str]:
     obj = json.loads(''.join(_utf8_lines(path)))
     if not isinstance(obj, dict) or not isinstance(obj.get('texts'), list):
         raise ValueError(f'{path} must hold a JSON object {{"texts": [...]}}; use .jsonl for one object per line')
-    yield from obj['texts']
+    for i, t in enumerate(obj['texts']):
+        if not isinstance(t, str): raise ValueError(f'{path}: "texts" must hold strings, item {i} is {type(t).__name__}')
+        yield t
 
 def _parquet_texts(path: Path, text_field: str) -> Iterator[str]:
     "Documents of a parquet file: its `text_field` column, read in record batches."
@@ -324,6 +332,29 @@ def packed_ids(tokenizer: Tokenizer, docs: list[str], eot: int, dtype: np.dtype,
     if split: return [np.array([eot, *e.ids], dtype) for e in encodings]
     return np.fromiter(itertools.chain.from_iterable([eot, *e.ids] for e in encodings), dtype)
 
+# %% ../nbs/05_data.ipynb #wr000002
+def new_file_mode(directory: bool = False) -> int:
+    "The permissions a new file (or folder) gets here: 0o666 (0o777) less the process's umask."
+    mask = os.umask(0); os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
+@contextlib.contextmanager
+def into_place(path: str | Path):
+    """Yield a new temporary file beside `path`; on success rename it to `path`, on failure remove it. Its name is
+    unique and this call creates it (`mkstemp`), so a file or link already there under any name is never written
+    through or removed; the file renamed into place has the permissions a new file gets."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, new_file_mode())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists(): tmp.unlink()
+
+
 # %% ../nbs/05_data.ipynb #d652d191
 def _split_meta(corpus: Corpus, tokenizer: Tokenizer, split: str, heldout_fraction: float, max_docs: int | None,
                 max_tokens: int | None, row_len: int | None) -> dict:
@@ -349,8 +380,8 @@ def _pack(texts: Iterator[str], tokenizer: Tokenizer, outs: list[dict], batch_do
     for o in outs:
         o['path'].parent.mkdir(parents=True, exist_ok=True)
         sidecar_path(o['path']).unlink(missing_ok=True)
-        o.update(partial=o['path'].with_name(o['path'].name + '.partial'), n_docs=0, n_tokens=0, counted=0)
-        o['file'] = open(o['partial'], 'wb')
+        fd, name = tempfile.mkstemp(dir=o['path'].parent, prefix=f".{o['path'].name}.", suffix='.partial')  # as in `into_place`
+        o.update(partial=Path(name), file=os.fdopen(fd, 'wb'), n_docs=0, n_tokens=0, counted=0)
     full = lambda o: o['meta'].get('max_tokens') is not None and o['counted'] >= o['meta']['max_tokens']
     try:
         with tqdm(desc=desc, unit=' docs', disable=not progress) as bar:
@@ -367,6 +398,9 @@ def _pack(texts: Iterator[str], tokenizer: Tokenizer, outs: list[dict], batch_do
                     o['counted'] += min(len(ids) + 1, row) if row else len(ids)  # a row: end-of-text, the document, end-of-text
                 bar.update(len(docs))
                 bar.set_postfix(tokens=f"{sum(o['n_tokens'] for o in outs):,}")
+    except BaseException:
+        for o in outs: o['file'].close(); o['partial'].unlink(missing_ok=True)
+        raise
     finally:
         for o in outs: o['file'].close()
     for o in outs:
@@ -376,6 +410,7 @@ def _pack(texts: Iterator[str], tokenizer: Tokenizer, outs: list[dict], batch_do
             raise ValueError(f"no document of {m['source']} fell in split {m['split']!r} (heldout_fraction={m['heldout_fraction']}); "
                              "raise heldout_fraction")
     for o in outs:
+        os.chmod(o['partial'], new_file_mode())
         os.replace(o['partial'], o['path'])
         sidecar_path(o['path']).write_text(json.dumps({**o['meta'], 'n_docs': o['n_docs'], 'n_tokens': o['n_tokens']}, indent=1) + '\n')
     return [TokenFile(o['path']) for o in outs]
@@ -578,8 +613,7 @@ def prepare_data(cfg, data: str, out: Path, progress: bool = True, reuse_tokeniz
         tokenizer = load_tokenizer(cfg.tokenizer)
     out.mkdir(parents=True, exist_ok=True)
     if not (tok_path.exists() and reuse_tokenizer):
-        tokenizer.save(str(tok_path.with_name('tokenizer.json.partial')))
-        os.replace(tok_path.with_name('tokenizer.json.partial'), tok_path)
+        with into_place(tok_path) as tmp: tokenizer.save(str(tmp))
     (out / 'data').mkdir(exist_ok=True)
     if valid_src == 'hash':  # one pass writes both
         train, valid = tokenize_split(corpus, tokenizer, out / 'data' / 'train.bin', out / 'data' / 'valid.bin',

@@ -221,5 +221,5 @@ def write_map(
     chart = map_chart(points, by=by)
     with alt.data_transformers.disable_max_rows():
         for kind in ('html', 'png'):
-            if kind in files: save_chart(chart, files[kind], inline=False)  # Vega's scripts from its CDN, as before
+            if kind in files: save_chart(chart, files[kind])  # Vega's scripts inline: the map draws offline
     return files

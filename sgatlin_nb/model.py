@@ -46,6 +46,8 @@ class ModelConfig:
     def __post_init__(self):
         check_positive(vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
                   seq_len=self.seq_len, head_dim=self.head_dim)
+        if not (math.isfinite(self.rope_base) and self.rope_base > 1):
+            raise ValueError(f"rope_base must be a finite number above 1 (the rotary frequencies are its powers), got {self.rope_base}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even (rotary embeddings rotate pairs), got {self.head_dim}")
         if self.d_model % self.head_dim:

@@ -33,9 +33,9 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from .baselines import FFWConfig
-from .data import PAD, packed_ids, eot_id, read_texts, tokenizer_hash
+from .data import PAD, new_file_mode, packed_ids, eot_id, read_texts, tokenizer_hash
 from .model import GATED_KINDS, Transformer
-from .runs import load_run, new_file_mode
+from .runs import load_run
 from .reference import reference_run
 
 # %% ../nbs/10_record.ipynb #69637ab7

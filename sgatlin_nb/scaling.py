@@ -34,7 +34,7 @@ import pandas as pd
 from . import __version__
 from .baselines import FFWConfig
 from .complexity import ACCOUNTINGS, model_flops, tokens_for_budget, training_flops
-from .data import PAIRED, read_texts, train_tokenizer
+from .data import PAIRED, into_place, read_texts, train_tokenizer
 from .layers import check_positive
 from .model import ModelConfig, config_params
 from .configs import config_yaml, make_config
@@ -309,9 +309,7 @@ def stale_runs(results: dict, protocol: Protocol) -> list[str]:
 
 def _write_json(path: Path, obj):
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + '.partial')
-    partial.write_text(json.dumps(obj, indent=1) + '\n')
-    os.replace(partial, path)
+    with into_place(path) as tmp: tmp.write_text(json.dumps(obj, indent=1) + '\n')
 
 def run_sweep(points: list[Point], protocol: Protocol, results_path: str | Path, *, work_dir: str | Path | None = None,
               keep_runs: bool = False, log=print,  # called with one line per finished run (None: silent)

@@ -26,7 +26,7 @@ import papermill
 import yaml
 
 from .scaling import isoflop_chart, merge_results, results_frame, sparsity_chart
-from .runs import RunError, save_chart
+from .runs import RunError, save_chart, terminal_safe
 
 # %% ../nbs/91_slurm.ipynb #7d6114d7
 def parse_value(text: str):
@@ -298,14 +298,15 @@ def task_states(run_dir: str | Path) -> list[dict]:
 
 def _tail(path: Path | None, n: int) -> str:
     if path is None: return '(no log)'
-    return '\n'.join(re.sub(r'\x1b\[[0-9;]*[A-Za-z]', '', path.read_text(errors='replace')).rstrip().splitlines()[-n:])
+    lines = re.sub(r'\x1b\[[0-9;]*[A-Za-z]', '', path.read_bytes().decode(errors='replace')).rstrip().split('\n')[-n:]  # \r kept; colours dropped
+    return terminal_safe('\n'.join(line.rstrip('\r').split('\r')[-1] for line in lines))  # a progress bar's last state; no escapes
 
 def report_run(run_dir: str | Path, tail: int = 20, log=print) -> list[dict]:
     "Print one line per task and the log tail of each failed one; `RunError` naming the failed tasks."
     rows = task_states(run_dir)
-    for r in rows: log(f"task {r['task']}: {r['state']}, exit code {r['exit']} (job {r['job'] or '-'})")
+    for r in rows: log(terminal_safe(f"task {r['task']}: {r['state']}, exit code {r['exit']} (job {r['job'] or '-'})"))
     failed = [r for r in rows if r['state'] not in ACTIVE | {'COMPLETED'}]
-    for r in failed: log(f"---- task {r['task']}: last lines of {r['log'] or 'its log'}\n{_tail(r['log'], tail)}")
+    for r in failed: log(terminal_safe(f"---- task {r['task']}: last lines of {r['log'] or 'its log'}") + f"\n{_tail(r['log'], tail)}")
     if failed:
         raise RunError(f"{len(failed)} of {len(rows)} task(s) of {run_dir} did not complete: {', '.join(r['task'] for r in failed)} "
                        f"(states {', '.join(r['state'] for r in failed)})")

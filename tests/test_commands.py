@@ -62,8 +62,20 @@ def _example(name: str) -> list[str]:
     return argv[1:] + WRITES[name][0]
 
 
+MADE_BY = {'train': 'runs/try/checkpoints/30', 'record': 'runs/try/circuits/manifest.json'}  # what later examples read
+
+
+def _examples_read_by(name: str, workdir: Path, data_dir):
+    "Run the `train` and `record` examples first where `name` comes after them and they have not run (a test run alone)."
+    for before, made in MADE_BY.items():
+        if ORDER.index(before) < ORDER.index(name) and not (workdir / made).exists():
+            res = run_sgatlin(_example(before), data_dir, cwd=workdir)
+            assert res.returncode == 0, res.stderr[-2000:]
+
+
 @pytest.mark.parametrize("name", ORDER)
 def test_command_example_runs_and_writes(name, workdir, data_dir):
+    _examples_read_by(name, workdir, data_dir)
     cwd = ROOT if name == 'submit' else workdir  # submit's example names a notebook of the repository
     args = _example(name)
     if name == 'submit':
@@ -126,10 +138,7 @@ def test_command_example_runs_and_writes(name, workdir, data_dir):
 @pytest.fixture
 def try_run(workdir, data_dir, monkeypatch):
     "The working folder, the current one, with the `train` example's run and the `record` example's database."
-    for name, made in (('train', 'runs/try/checkpoints/30'), ('record', 'runs/try/circuits/manifest.json')):
-        if not (workdir / made).exists():  # this test run alone: run the example first
-            res = run_sgatlin(_example(name), data_dir, cwd=workdir)
-            assert res.returncode == 0, res.stderr[-2000:]
+    _examples_read_by('status', workdir, data_dir)  # this test run alone: the examples it reads run first
     monkeypatch.chdir(workdir)
     monkeypatch.setenv('SGATLIN_DATA_DIR', str(data_dir))
     return workdir

@@ -20,8 +20,8 @@ def test_gpu_bench_mini(tmp_path):
     assert sorted(res["layer"]) == ["s4", "s6", "s8"]
     for rows in res["layer"].values():
         assert sorted(rows) == ["authors", "sgatlin", "sgatlin, CPU kernels", "swiglu twin"]
-        assert rows["swiglu twin"]["vs_swiglu"] == 1.0
-        for r in rows.values():
+        for r in rows.values():  # each layer's time over its SwiGLU twin's, as printed
+            assert abs(r["vs_swiglu"] * rows["swiglu twin"]["us_per_token"] - r["us_per_token"]) < 1e-6 * r["us_per_token"], r
             assert r["us_per_token"] > 0 and abs(r["tokens_per_s"] * r["us_per_token"] - 1e6) < 1e-3 * 1e6
     assert sorted(res["step"]) == ["moe", "peer", "sgatlin", "swiglu twin"]
     assert all(r["tokens_per_s"] > 0 and r["steps"] >= 2 for r in res["step"].values())

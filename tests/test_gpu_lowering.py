@@ -21,8 +21,9 @@ SCRIPT = textwrap.dedent('''
         routed = cfg.model.ffw.kind in ('sgatlin', 'peer', 'moe')
         if name in preset_ends() and not routed: continue
         e = export_train_step(cfg, mesh)  # for CUDA: the GPU kernels
-        if name not in preset_ends(): out['lowered'][name] = [list(e.platforms), e.nr_devices]
-        if routed: out['counts'][name] = lowering_counts(e, d_model=cfg.model.d_model)
+        c = lowering_counts(e, d_model=cfg.model.d_model if routed else None)
+        if name not in preset_ends(): out['lowered'][name] = c
+        if routed: out['counts'][name] = c
     for name in ('sgatlin-s2', 'sgatlin-s8'):  # the SwiGLU twins' loops and scatter-adds do not depend on the size
         out['twins'][name] = lowering_counts(export_train_step(equal_flops_swiglu(presets[name]), mesh))
     # compile one preset for the 8 CPU devices: the partitioner runs, and the arguments are the sharded state + batch
@@ -43,14 +44,14 @@ def test_presets_lower_for_cuda_on_8_devices():
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out['devices'] == 8
     assert sorted([*out['lowered'], *out['on_page']]) == out['presets'], out  # each preset lowered once, here or on 92's page
-    bad = {k: v for k, v in out['lowered'].items() if v != [['cuda'], 8]}
-    assert not bad, bad
     assert out['compiled_args'] == out['expected_args'], out
     # the routed presets lower to the GPU path: no more loops than a SwiGLU twin (the scan over micro-batches), no float
     # scatter-add (atomic adds on a GPU) anywhere, no Triton loop whose length depends on the data, no float32 table copy
     twins = list(out["twins"].values())
     assert twins[0]["while"] == twins[1]["while"] and all(t["float scatter-add"] == 0 for t in twins), twins
     assert len(out["counts"]) == 3 * 7 + 2, sorted(out["counts"])  # sgatlin, PEER and MoE at every rung, TinyStories, the ablation model
+    for name, c in out["lowered"].items():  # the dense presets too: no float scatter-add (the embedding's gradient), no extra loop
+        assert c["float scatter-add"] == 0 and c["while"] <= twins[0]["while"], (name, c)
     for name, c in out["counts"].items():
         assert c["while"] <= twins[0]["while"] and c["float scatter-add"] == 0, (name, c)
         assert c["data-dependent kernels"] == 0 and c["f32 table reads"] == 0 and c["serial steps"] <= 256, (name, c)

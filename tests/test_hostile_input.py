@@ -72,11 +72,12 @@ def test_chart_pages_keep_corpus_text_as_text_in_chromium(hostile_db, tmp_path):
             driver.get(page.as_uri())
             assert driver.execute_script("return document.images.length") == 0, name  # no <img> came out of the data
             assert driver.title != "owned", name
-        driver.get(pages["neighbours"].as_uri())  # its scripts are inline: the chart itself draws offline
-        drawn = driver.execute_async_script("""const done = arguments[0];
-            const t0 = Date.now(), poll = () => document.querySelector('#vis canvas, #vis svg, canvas, svg')
-                ? done(true) : Date.now() - t0 > 30000 ? done(false) : setTimeout(poll, 100); poll();""")
-        assert drawn and driver.execute_script("return window.__pageErrors") == []
+        for name, page in pages.items():  # their scripts are inline: each chart draws offline
+            driver.get(page.as_uri())
+            drawn = driver.execute_async_script("""const done = arguments[0];
+                const t0 = Date.now(), poll = () => document.querySelector('#vis canvas, #vis svg, canvas, svg')
+                    ? done(true) : Date.now() - t0 > 30000 ? done(false) : setTimeout(poll, 100); poll();""")
+            assert drawn and driver.execute_script("return window.__pageErrors") == [], name
     finally:
         driver.quit()
     for raw in (neighbours_raw, map_raw):
@@ -267,3 +268,25 @@ def test_what_interrupted_runs_leave_behind(data_dir, tmp_path, capsys, monkeypa
     capsys.readouterr()
     assert main(["runs", "--root", str(tmp_path)]) == 0
     assert f"unreadable: {log} line 2 is not valid JSON" in capsys.readouterr().out
+
+
+def test_runs_and_status_print_no_terminal_escapes(tmp_path, capsys):
+    "A folder name or a job log cannot set the terminal's title, move its cursor or ring its bell: control characters print as `\\x1b`."
+    from sgatlin_nb.slurm import _tail
+    title = "\x1b]0;owned\x07"
+    shutil.copytree(reference_run(), tmp_path / "runs" / f"a{title}b")
+    assert main(["runs", "--root", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "a\\x1b]0;owned\\x07b" in out, out
+    log = tmp_path / "task.log"
+    log.write_bytes(f"step 1\nloss 3\x1b[31m.2\x1b[0m\n 10%\r100%\n{title}done\x9b2J\n".encode())
+    assert _tail(log, 3) == "loss 3.2\n100%\n\\x1b]0;owned\\x07done\\x9b2J"
+
+
+def test_sample_says_when_it_cuts_the_prompt_or_the_tokens(capsys):
+    run = str(reference_run())
+    _refused(capsys, ["sample", "--run", run, "--n-tokens", "0"], "--n-tokens must be at least 1, got 0")
+    assert main(["sample", "--run", run, "--prompt", "Once upon a time " * 80, "--n-tokens", "3", "--temperature", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "the prompt is 321 tokens and the model reads 256: it continues the last 255" in err, err
+    assert "1 tokens fit after the prompt in the model's context of 256: it writes 1, not --n-tokens 3" in err, err

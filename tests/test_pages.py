@@ -25,14 +25,15 @@ LILY = "Once upon a time, there was a little girl named Lily. She"  # a prompt w
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, data_dir):
     "A site of 4 neuron pages per layer and the circuits of their 3 strongest contexts, from 12 held-out stories."
-    os.environ["SGATLIN_DATA_DIR"] = str(data_dir)
     from sgatlin_nb.pages import build_pages
     from sgatlin_nb.record import record_run
     from sgatlin_nb.reference import reference_run
-    tmp = tmp_path_factory.mktemp("pages")
-    db = record_run(reference_run(), tmp / "db", n_docs=12, progress=False)
-    summary = build_pages(tmp / "site", db=db.path, per_layer=4, contexts=3, graphs=[LILY], progress=False)
-    return tmp / "site", db, summary
+    with pytest.MonkeyPatch.context() as mp:  # for this module's tests only: the environment is restored after them
+        mp.setenv("SGATLIN_DATA_DIR", str(data_dir))
+        tmp = tmp_path_factory.mktemp("pages")
+        db = record_run(reference_run(), tmp / "db", n_docs=12, progress=False)
+        summary = build_pages(tmp / "site", db=db.path, per_layer=4, contexts=3, graphs=[LILY], progress=False)
+        yield tmp / "site", db, summary
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +159,8 @@ def test_graph_view_links_to_the_site(site, browser, tmp_path):
         l, c, n = map(int, re.match(r"layer (\d+) channel (\d+) neuron (\d+)", d["title"]).groups())
         name = f"L{l}_C{c}_N{n}.html"  # the view, the page files and their titles number layers from 1
         assert (d["href"] is not None) == (name in pages), d
-        if d["href"]:
+        if d["href"]:  # relative, and never read as a scheme (a site folder named `javascript:...` stays a folder)
+            assert d["href"].startswith(("./", "../")) and ":" not in d["href"], d
             assert (out / d["href"]).resolve() == (site_dir / "neurons" / name).resolve(), d
             linked += 1
     assert linked >= 1, "no drawn neuron has a page in the site: the links were not exercised"

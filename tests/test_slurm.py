@@ -152,10 +152,10 @@ def test_parameters_tags_survive_nbdev_clean(tmp_path):
     assert checked >= 3
 
 
-def test_papermill_runs_07_scaling_with_tiny_parameters(tmp_path, data_dir):
+def test_papermill_runs_07_scaling_with_tiny_parameters(tmp_path, data_dir, monkeypatch):
     results = tmp_path / "isoflop.json"
     out = tmp_path / "07_scaling.out.ipynb"
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    monkeypatch.setenv("JAX_PLATFORMS", os.environ.get("JAX_PLATFORMS", "cpu"))
     papermill.execute_notebook(
         str(SCALING), str(out), kernel_name="python3", cwd=str(NBS), progress_bar=False,
         parameters=dict(retrain_cpu=True, results_path=str(results), budgets=[1e11], variants=["mlp", "sgatlin"], scales=[1],
