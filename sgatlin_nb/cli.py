@@ -15,9 +15,9 @@ import io
 import json
 import math
 import os
-import urllib.parse
 import shlex
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Annotated
 

@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -482,6 +483,15 @@ def _write(path: Path, text: str) -> int:
 
 # %% ../nbs/17_pages.ipynb #ad59e42a
 PARTIAL_MARK = '.sgatlin-pages-partial'  # in OUT.partial while a site is written: only such a folder is removed
+_SITE_LAYOUT = re.compile(r'(index\.html|site\.json|layer\d+\.html|(neurons|circuits)/[^/]+\.html|graphs/\d+/graph\.(html|json))')
+
+def _foreign_files(out: Path) -> list[str]:
+    "Files in the site folder `out` that no site build wrote (its `site.json` lists them; older sites: the site's layout)."
+    try: listed = set(json.loads((out / 'site.json').read_text()).get('files') or ())
+    except (OSError, ValueError, AttributeError): listed = set()
+    return sorted(rel for p in out.rglob('*') if (p.is_file() or p.is_symlink())
+                  and (rel := p.relative_to(out).as_posix()) != 'site.json'
+                  and not (rel in listed if listed else _SITE_LAYOUT.fullmatch(rel)))
 
 def build_pages(out: str | Path = 'pages',             # folder for the site (created; index.html is its front page)
                 *,
@@ -504,6 +514,9 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
     if out.exists() and any(out.iterdir()) and not (overwrite and (out / 'site.json').exists()):
         raise ValueError(f"out={out} is not empty: choose a new folder" + (", or pass overwrite=True (--overwrite) to replace the site there"
                                                                           if (out / 'site.json').exists() else ""))
+    if out.exists() and (foreign := _foreign_files(out)):  # an overwrite deletes only what a site build wrote
+        raise RunError(f"{out / foreign[0]}" + (f" and {len(foreign) - 1} more file(s)" if len(foreign) > 1 else "")
+                       + f" in {out} did not come from a site build, and --overwrite would delete them: move them away or choose another --out")
     tmp = out.with_name(out.name + '.partial')
     if tmp.exists() and not (tmp / PARTIAL_MARK).exists():
         raise RunError(f"{tmp} exists and is not a site this command began: it writes the site there first. "
@@ -543,6 +556,7 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
     summary['bytes'] = n_bytes
     summary['render_seconds'] = round(time.perf_counter() - t_data, 2)
     summary['seconds'] = round(time.perf_counter() - t0, 2)
+    summary['files'] = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob('*') if p.is_file() and p.name != PARTIAL_MARK)
     (tmp / 'site.json').write_text(json.dumps(summary, indent=1) + '\n')
     (tmp / PARTIAL_MARK).unlink()
     if out.exists(): shutil.rmtree(out)

@@ -40,7 +40,7 @@ from .data import (PAD_TARGET, DataError, TokenFile, eval_batches, eval_document
 from .configs import PRESETS, miniature_config
 from .kernels import kernel_kind
 from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, param_sharding, param_specs,
-                                    peak_flops, shard_batch)
+                                    peak_flops, shard_batch, Watchdog)
 from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention
 from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
                              checkpoint_manager, checkpoint_steps, lock_run, restore_checkpoint, set_aside,
@@ -523,6 +523,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
         if peak: last['mfu'] = last['flops_per_s'] / (peak * mesh.size)
         if first: log.write(said | last)
         said = {}
+        dog.beat(done_p, 'training')  # a step finished: progress
         bar.set_postfix(loss=f'{loss:.3f}', tok_s=f'{rate:,.0f}', **({'mfu': f"{last['mfu']:.1%}"} if peak else {}))
     real_stderr = [2]
     def save(done):
@@ -555,8 +556,9 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
             raise err from None
         paused[0] += time.perf_counter() - t
     tracing = False
+    dog = Watchdog(out)  # ends this process if no step, evaluation or checkpoint finishes for too long (06c)
     try:
-        with StopSignals() as signals:
+        with StopSignals() as signals, dog:
             for step in bar:
                 if profile and first and step == max(profile[0], start) and step < profile[1]:
                     jax.profiler.start_trace(str(out / 'profile'), create_perfetto_trace=True)
@@ -574,6 +576,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
                 samples = (cfg.sample_every and done % cfg.sample_every == 0) or done == cfg.steps
                 if evaluates or samples: read_pending()  # nothing is evaluated or sampled before its loss is checked
                 t_off = time.perf_counter()
+                if evaluates or samples: dog.beat(done, 'evaluating or sampling')
                 if evaluates:
                     ev = evaluate(eval_step, state['params'], valid_tf, cfg.batch_size, cfg.model.seq_len, cfg.eval_tokens,
                                   cfg.eval_batching, mesh)
@@ -587,7 +590,10 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
                         summary['sample'] = text
                 paused[0] += time.perf_counter() - t_off
                 saved = done % cfg.ckpt_every == 0 or done in (cfg.steps, end)
-                if saved: save(done)
+                if saved:
+                    dog.beat(done, 'saving a checkpoint')
+                    save(done)
+                    dog.beat(done, 'training')
                 if done < end and (stopped := signals.agreed()):  # every process calls agreed(): the same step, the same answer
                     if not saved: save(done)
                     break

@@ -14,13 +14,14 @@ any chart is blank in the screenshot. Pages and screenshots are kept in build/do
 
 Nor may a page show what a reader should never see (`shown_problems`). Only outputs are read, as the browser shows
 them (text of each code cell's output area, scripts aside, and of its table cells); sources and prose are what the
-author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Six kinds:
+author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence are left alone. Seven kinds:
   - repr: a Python object's default repr, `<function f at 0x7f...>` or any `<... at 0x...>`, also with the address
-    stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), or a page's own class named `__main__.X`,
-    show_doc signatures included;
+    stripped (`<function f>`, `<bound method ...>`, `<x.Y object>`), a page's own class named `__main__.X`,
+    show_doc signatures included, or a dataclass or Flax state printed whole (`FFWConfig(kind=...`, `State({`);
   - path: a folder of the machine that built the page: the executed copy (.../sgatlin_executed...), the repository,
-    the data folder ($SGATLIN_DATA_DIR), the home folder (caches). A scratch folder that a page makes for its own
-    example (`tempfile.mkdtemp()`, /tmp/tmpXXXXXXXX) is not the build's: a reader who runs the page gets one too;
+    the data folder ($SGATLIN_DATA_DIR), the home folder (caches), and the temporary folder (a page's own scratch
+    folder, /tmp/tmpXXXXXXXX, means nothing to a reader: show the path relative to it);
+  - float: a number printed with more than 6 significant digits (0.123456789, 100000000000.0): round it;
   - warning: a `RuntimeWarning` in any output (stderr included);
   - nan: a table cell (HTML or Markdown table of an output) reading NaN, inf, -inf, Infinity, <NA> or NaT, alone or
     within a formatted value ("nan %"); show_doc's parameter tables are exempt (a default of inf is a signature);
@@ -29,7 +30,7 @@ author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence 
     are CamelCase, its functions snake_case), a bare `(*args, **kwargs)`, or a private module path (`jax._src.x`):
     what nbs/93_docs.ipynb's renderer mends.
 A cell whose output is meant to show one of these says so with a cell tag (cell metadata "tags", which nbdev-clean
-keeps): `expect-repr`, `expect-path`, `expect-warning`, `expect-nan`, `expect-ansi` or `expect-signature`; that kind is then not checked in that cell's
+keeps): `expect-repr`, `expect-path`, `expect-float`, `expect-warning`, `expect-nan`, `expect-ansi` or `expect-signature`; that kind is then not checked in that cell's
 outputs. Use it only where the page really means it (a page that shows how NaN is reported, say).
 
 Executed notebooks come from $SGATLIN_EXECUTED_NBS (scripts/test.sh sets it to the copy its
@@ -41,6 +42,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jupyter_server_mathjax
@@ -313,12 +315,24 @@ SHOWN_JS = """return [...document.querySelectorAll('.jp-CodeCell')].map(cell => 
   return {text: c.textContent, table_cells: [...out.querySelectorAll('td, th')].map(td => td.textContent.trim())};
 })"""
 
-EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "warning": "expect-warning", "nan": "expect-nan",
-              "ansi": "expect-ansi", "signature": "expect-signature"}
+EXPECT_TAG = {"repr": "expect-repr", "path": "expect-path", "float": "expect-float", "warning": "expect-warning",
+              "nan": "expect-nan", "ansi": "expect-ansi", "signature": "expect-signature"}
 _REPR = re.compile(r"<[^<>\n]*(?:<[^<>\n]*>[^<>\n]*)* at 0x[0-9a-fA-F]+>"  # <function <lambda> at 0x7f...> too
                    r"|<(?:function|bound method|built-in function|built-in method) [^<>\n]*(?:<[^<>\n]*>[^<>\n]*)*>"
                    r"|<[\w.]+ object>"
-                   r"|\b__main__\.\w+")  # a page's own class by the name nbdev's kernel gives it (`__main__.TopK`)
+                   r"|\b__main__\.\w+"  # a page's own class by the name nbdev's kernel gives it (`__main__.TopK`)
+                   r"|\b[A-Z]\w*\((?:[a-z_]\w*=|\{))")  # a dataclass or a Flax state printed whole: FFWConfig(kind=..., State({
+
+
+class _LongFloats:
+    "Numbers written with more than 6 significant digits (leading zeros, the point, thousands commas and exponent aside)."
+    _number = re.compile(r"(?<![\w.])[-+]?(?:\d[\d,]*\.\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+
+    def finditer(self, text):
+        for m in self._number.finditer(text):
+            digits = re.sub(r"[eE][-+]?\d+$", "", m[0].lstrip("+-")).replace(",", "").replace(".", "")
+            if len(digits.lstrip("0")) > 6: yield m
+_FLOAT = _LongFloats()
 _WARNING = re.compile(r"\bRuntimeWarning\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colour codes: the page draws them as faint coloured text
 _SIGNATURE = re.compile(r"\bdef [A-Z]\w*\(|\(\s*\*args, \*\*kwargs\s*\)|\b[A-Za-z]\w*(?:\.\w+)*\._[A-Za-z]\w*\.")
@@ -335,7 +349,7 @@ _MISSING = re.compile(r"(?<![\w.])[-+]?(?:nan|inf|infinity)(?![\w.-])|<NA>|(?<!\
 
 def build_folders(executed_nbs: Path | None = None) -> list[str]:
     "The folders of the machine that builds the pages: none belongs on a page."
-    dirs = {str(ROOT), str(Path.home()), os.environ.get("SGATLIN_DATA_DIR", "")}
+    dirs = {str(ROOT), str(Path.home()), os.environ.get("SGATLIN_DATA_DIR", ""), tempfile.gettempdir()}
     if executed_nbs is not None:
         dirs.add(str(executed_nbs.resolve().parent))
     return sorted(d.rstrip("/") for d in dirs if d.strip("/"))
@@ -361,7 +375,7 @@ def shown_problems(page_nb, shown: list[dict], folders: list[str]) -> list[tuple
         tags = set(cell.metadata.get("tags", []))
         where = f"code cell {i} ({(cell.source.splitlines() or [''])[0][:50]!r})"
         text = out["text"]
-        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("warning", _WARNING, [text]),
+        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("float", _FLOAT, [text]), ("warning", _WARNING, [text]),
                   ("ansi", _ANSI, [_raw_text(cell.get("outputs", []))])]
         if not re.search(r"\bshow_doc\(", cell.source):
             checks.append(("nan", _MISSING, out["table_cells"]))
@@ -387,10 +401,11 @@ def test_shown_problems_are_caught(browser, tmp_path):
     md = lambda m: [nbformat.v4.new_output("display_data", {"text/markdown": m, "text/plain": "md"})]
     bad = {  # kind: outputs
         "repr": html("<pre>f=&lt;function relu at 0x7f3a2b1c&gt;, k: __main__.TopK</pre>"),
-        "path": out("checkpoint written to /tmp/sgatlin_executed.x1y2/runs/a\n"),
+        "path": out("checkpoint written to /tmp/sgatlin_executed.x1y2/runs/a, scratch in /tmp/tmpk2j4x9qz/r\n"),
+        "float": out("loss 0.123456789 after {100000000000.0: 3}\n"),
         "warning": out("/x/numpy/core/_methods.py:48: RuntimeWarning: invalid value encountered\n", "stderr"),
         "nan": html(table),
-        "ansi": out("State({\n  \x1b[38;2;79;201;177mkernel\x1b[0m: (2, 3)\n})\n"),
+        "ansi": out("params\n  \x1b[38;2;79;201;177mkernel\x1b[0m: (2, 3)\n"),
         "signature": md("```python\ndef SparselyGatedLinear(\n    dtype:jax._src.numpy.scalar_types._ScalarMeta=float32\n):\n```"),
     }
     cells = [nbformat.v4.new_markdown_cell("# Checks\n\nNaN and inf in prose, a path `/tmp/run` in an example.")]
@@ -409,7 +424,8 @@ def test_shown_problems_are_caught(browser, tmp_path):
                                   metadata={"tags": ["remove_input"]}),
         nbformat.v4.new_code_cell("show_doc(train)", outputs=md("### train\n\n| | Default |\n|--|--|\n| max_steps | inf |\n\n"
                                                                 ">      train (f=<function relu at 0x7f00>)")),
-        nbformat.v4.new_code_cell("print(rel)", outputs=out("runs/tmp/a, see https://x.org/tmp/b, /tmpfs not a path, a page's scratch /tmp/tmpk2j4x9qz/r\n")),
+        nbformat.v4.new_code_cell("print(rel)", outputs=out("runs/tmp/a, see https://x.org/tmp/b, /tmpfs not a path; jax 0.10.2, "
+                                                               "loss 0.123457, 1,234,567 tokens, 6.4e+12 FLOPs\n")),
         nbformat.v4.new_code_cell("print(raw)", outputs=out("def SparselyGatedLinear(\n    dtype:jax._src.numpy.scalar_types._ScalarMeta=float32\n")),
     ]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -419,7 +435,9 @@ def test_shown_problems_are_caught(browser, tmp_path):
     found = shown_problems(nb, browser.execute_script(SHOWN_JS), build_folders())
     assert [f[:2] for f in found] == [*enumerate(bad), (n + 1, "nan"), (n + 2, "repr")], found
     lines = [f[2] for f in found]
-    assert "relu at 0x7f3a2b1c" in lines[0] and "(and 1 more)" in lines[0] and "/tmp/sgatlin_executed" in lines[1] and "-inf" in lines[3] and "(and 1 more)" in lines[3], lines
+    assert "relu at 0x7f3a2b1c" in lines[0] and "(and 1 more)" in lines[0] and "/tmp/sgatlin_executed" in lines[1], lines
+    assert "(and 1 more)" in lines[1] and "0.123456789" in lines[2] and "(and 1 more)" in lines[2], lines
+    assert "-inf" in lines[4] and "(and 1 more)" in lines[4], lines
 
 
 def _proc_log(processed_nbs: Path) -> str:

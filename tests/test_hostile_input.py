@@ -290,3 +290,22 @@ def test_sample_says_when_it_cuts_the_prompt_or_the_tokens(capsys):
     err = capsys.readouterr().err
     assert "the prompt is 321 tokens and the model reads 256: it continues the last 255" in err, err
     assert "1 tokens fit after the prompt in the model's context of 256: it writes 1, not --n-tokens 3" in err, err
+
+
+def test_pages_overwrite_never_deletes_a_users_files(tmp_path, capsys):
+    "`pages --overwrite` replaces what a site build wrote, and refuses (deleting nothing) when the folder holds anything else."
+    from sgatlin_nb.pages import _foreign_files
+    site = tmp_path / "site"
+    for f in ("index.html", "layer1.html", "neurons/L1_C0_N3.html", "circuits/r12.html", "graphs/0/graph.json"):
+        (site / f).parent.mkdir(parents=True, exist_ok=True)
+        (site / f).write_text("<html></html>")
+    (site / "site.json").write_text(json.dumps({"neuron_pages": 1}))  # a site built before site.json listed its files
+    assert _foreign_files(site) == []
+    (site / "notes.md").write_text("mine")
+    (site / "neurons" / "my.css").write_text("mine")
+    before = snapshot(site)
+    line = _refused(capsys, ["pages", "--out", str(site), "--overwrite"], f"{site / 'neurons/my.css'} and 1 more file(s)",
+                    "did not come from a site build")
+    assert snapshot(site) == before and not (tmp_path / "site.partial").exists(), line
+    (site / "site.json").write_text(json.dumps({"files": ["index.html", "notes.md"]}))  # a site that lists its files
+    assert _foreign_files(site) == ["circuits/r12.html", "graphs/0/graph.json", "layer1.html", "neurons/L1_C0_N3.html", "neurons/my.css"]

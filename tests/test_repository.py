@@ -49,7 +49,7 @@ def test_every_notebook_opens_with_a_title_and_a_one_line_summary():
 
 # Sidebar sections of _quarto.yml by notebook number: 00-03, 04-08, 09-89, 90-99.
 SIDEBAR_SECTIONS = [("The layer", 0, 4), ("Training & scaling", 4, 9), ("Interpretability", 9, 90),
-                    ("Running at scale", 90, 93), ("The documentation", 93, 100)]
+                    ("Running at scale", 90, 93), ("Appendix: how these pages are made", 93, 100)]
 
 
 def test_sidebar_lists_every_notebook_once_in_order():

@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -288,3 +289,66 @@ def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slur
     assert f"time limit near: requeueing job {job}" in log and "DUE TO JOB REQUEUE" in log, log
     assert _job_field(job, "Restarts") == ["1"]
     print(f"requeued by its time-limit warning and completed in {time.time() - t0:.0f} s")
+
+
+def _kernel_of(job: str, procid: int) -> int | None:
+    "The pid of the notebook kernel that task `procid` of Slurm job `job` runs (read from each process's environment)."
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit(): continue
+        try:
+            env = dict(kv.split("=", 1) for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0") if "=" in kv)
+            cmd = (d / "cmdline").read_bytes().decode(errors="replace")
+        except OSError: continue
+        if env.get("SLURM_JOB_ID") == job and env.get("SLURM_PROCID") == str(procid) and "ipykernel" in cmd:
+            return int(d.name)
+    return None
+
+
+def test_a_stalled_process_ends_the_job_which_requeues_and_resumes(tmp_path, slurm, data_dir, monkeypatch):
+    """Two tasks train through the package's batch script; one is stopped with SIGSTOP (alive, making no progress). The
+    other's watchdog ends its process within the watchdog's limit, srun ends the job's step, the script requeues the
+    job, and the second run resumes from the last checkpoint to the losses of one process running the same command."""
+    watchdog_s = 20
+    out = tmp_path / "two"
+    cells = [nbformat.v4.new_code_cell("steps = 60"),
+             nbformat.v4.new_code_cell("import dataclasses\nfrom sgatlin_nb.configs import PRESETS\nfrom sgatlin_nb.train import train\n"
+                                       f"summary = train(dataclasses.replace(PRESETS['test-tiny'], steps=steps), 'tinystories', {str(out)!r}, "
+                                       "resume=True, progress=False)")]
+    cells[0].metadata["tags"] = ["parameters"]
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=kernel), tmp_path / "train.ipynb")
+    run_dir = tmp_path / "run"
+    for k, v in {"SGATLIN_WATCHDOG_S": watchdog_s, "SGATLIN_DIST_TIMEOUT": 600, "JAX_PLATFORMS": "cpu", "SGATLIN_DATA_DIR": data_dir}.items():
+        monkeypatch.setenv(k, str(v))  # the job's environment is this one (sbatch exports it)
+    job = submit(str(tmp_path / "train.ipynb"), tasks_per_node=2, gpus_per_node=0, cpus_per_task=1, time="00:20:00",
+                 run_dir=str(run_dir), log=lambda line: None)
+    try:  # a failed assertion leaves no job behind
+        t0 = time.time()
+        while not (out / "metrics.jsonl").exists() or max(_metrics(out)[1], default=0) < 15:
+            assert time.time() - t0 < 300 and _job_field(job, "JobState")[0] in ("PENDING", "RUNNING"), _job_field(job, "JobState")
+            time.sleep(0.2)
+        pid = _kernel_of(job, 1)
+        assert pid is not None, "no kernel of task 1 found"
+        os.kill(pid, signal.SIGSTOP)  # alive, holding its place in every collective
+        t_stop, at = time.time(), max(_metrics(out)[1])
+        while not list((run_dir / "0").glob(f"stalled-{job}-*.json")) and time.time() - t_stop < 4 * watchdog_s + 60:
+            time.sleep(0.5)
+        ended = time.time() - t_stop
+        delays = slurm_delays()
+        rows = wait_run(run_dir, poll_s=1, timeout_s=delays["requeue_s"] + 2 * delays["sched_s"] + 300, log=lambda line: None)
+    finally:
+        subprocess.run(["scancel", job])
+    log = (run_dir / "0" / f"slurm-{job}.log").read_text()
+    reports = list((run_dir / "0").glob(f"stalled-{job}-*.json"))
+    assert len(reports) == 1, log[-3000:]
+    report = json.loads(reports[0].read_text())
+    assert ended <= 2 * watchdog_s + 10, (ended, report)  # the watchdog's limit, its polling, and srun ending the step
+    assert report["process"] == 0 and report["processes"] == 2 and report["limit_s"] == watchdog_s and report["step"] >= at, report
+    assert f"a process stopped making progress: requeueing job {job}" in log, log[-3000:]
+    assert [r["state"] for r in rows] == ["COMPLETED"] and _job_field(job, "Restarts") == ["1"], (rows, log[-3000:])
+    print(f"stopped task 1 at step {at}; the job's step ended {ended:.0f} s later (watchdog {watchdog_s} s), requeued, completed")
+    ref = run_sgatlin(["train", "--config", "test-tiny", "--steps", "60", "--quiet", "--out", str(tmp_path / "one")], data_dir)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    recs, loss, evals = _metrics(out)
+    assert sorted(loss) == list(range(1, 61)) and len(recs) == len(loss) + len(evals), recs
+    print(f"stalled, requeued two-task run vs one process: max |loss difference| {_close(loss, _metrics(tmp_path / 'one')[1]):.2e}")
