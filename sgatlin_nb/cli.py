@@ -510,6 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as e:  # stopped by a signal with a checkpoint saved: not an error; the status names the signal
         print(f"sgatlin {name}: {' '.join(str(e).split())}", file=sys.stderr)
         return e.exit_status
+    except KeyboardInterrupt:  # Ctrl-C outside training (which saves a checkpoint on SIGINT's cousins, not this): one line
+        print(f"sgatlin {name}: interrupted (Ctrl-C); what it was writing is left unfinished, and the same command starts it again",
+              file=sys.stderr)
+        return 130
     except (RunError, ValueError, OSError, ImportError) as e:
         line = f"sgatlin {name}: error: {' '.join(str(e).split())}"
         if isinstance(e, DiskFull):  # end now: the checkpoint writer's abandoned threads would complain at exit

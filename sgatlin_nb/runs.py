@@ -231,8 +231,10 @@ class MetricsLog:
     def __init__(self, path: Path, resume_step: int | None = None, wandb_run=None):
         self.path, self.wandb = path, wandb_run
         if resume_step is not None and path.exists():
-            keep = [l for l in path.read_text().splitlines() if l and json.loads(l)['step'] <= resume_step]
-            path.write_text(''.join(l + '\n' for l in keep))
+            records = read_metrics(path.parent)  # a damaged line is named (file and line); a line cut by a kill is dropped
+            if any(not isinstance(r, dict) or not isinstance(r.get('step'), int) for r in records):
+                raise RunError(f"{path} holds a record without an integer 'step': the metrics log was edited or damaged")
+            path.write_text(''.join(json.dumps(r) + '\n' for r in records if r['step'] <= resume_step))
         elif resume_step is None and path.exists():
             path.unlink()
     def write(self, record: dict):

@@ -253,9 +253,13 @@ def _read_submission(run_dir: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RunError(f"{f} is not valid JSON ({e}): it was cut short or edited; submit again with a new --run-dir") from None
     ok = (isinstance(record, dict) and isinstance(record.get('notebook'), str) and isinstance(record.get('tasks'), list)
-          and isinstance(record.get('jobs'), list) and all(isinstance(j, dict) and 'job' in j for j in record['jobs']))
+          and isinstance(record.get('jobs'), list)
+          and all(isinstance(j, dict) and isinstance(j.get('job'), str) and j['job'].isdigit() and isinstance(j.get('tasks'), list)
+                  and isinstance(j.get('array'), bool) and isinstance(j.get('collect', '0'), str)
+                  and j.get('collect', '0').isdigit() for j in record['jobs']))
     if not ok:
-        raise RunError(f"{f} is not a submission `sgatlin submit` wrote (it needs 'notebook', 'tasks' and 'jobs'): "
+        raise RunError(f"{f} is not a submission `sgatlin submit` wrote (it needs 'notebook', 'tasks' and 'jobs', each job "
+                       f"with its id as a string of digits, its 'tasks' and 'array'): "
                        f"submit again with a new --run-dir")
     return record
 

@@ -350,6 +350,7 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     """Train `cfg` on corpus `data` into run directory `out` (until step `stop_at`, if given); returns a summary of the run.
     `quiet_disk_full` is for a process that exits on `DiskFull`: stderr then stays silenced (see `DiskFull.stderr_fd`)."""
     out = Path(out)
+    if out.exists() and not out.is_dir(): raise RunError(f"--out {out} is a file, not a folder: name a folder for the run")
     nnx.eval_shape(lambda: Transformer(cfg.model, rngs=nnx.Rngs(0)))  # impossible shapes fail here, before any file is written
     if cfg.batch_size % cfg.grad_accum:
         raise RunError(f"batch_size={cfg.batch_size} must be a multiple of grad_accum={cfg.grad_accum}")

@@ -21,7 +21,8 @@ author wrote, so `NaN` in code, `/tmp` in a code example or "inf" in a sentence 
   - path: a folder of the machine that built the page: the executed copy (.../sgatlin_executed...), the repository,
     the data folder ($SGATLIN_DATA_DIR), the home folder (caches), and the temporary folder (a page's own scratch
     folder, /tmp/tmpXXXXXXXX, means nothing to a reader: show the path relative to it);
-  - float: a number printed with more than 6 significant digits (0.123456789, 100000000000.0): round it;
+  - float: a number written with more than 6 significant digits (0.123456789, 100000000000.0) in what a cell prints or
+    writes as text (streams, Markdown, plain text; an HTML table's cells are pandas' formatting): round it;
   - warning: a `RuntimeWarning` in any output (stderr included);
   - nan: a table cell (HTML or Markdown table of an output) reading NaN, inf, -inf, Infinity, <NA> or NaT, alone or
     within a formatted value ("nan %"); show_doc's parameter tables are exempt (a default of inf is a signature);
@@ -321,7 +322,7 @@ _REPR = re.compile(r"<[^<>\n]*(?:<[^<>\n]*>[^<>\n]*)* at 0x[0-9a-fA-F]+>"  # <fu
                    r"|<(?:function|bound method|built-in function|built-in method) [^<>\n]*(?:<[^<>\n]*>[^<>\n]*)*>"
                    r"|<[\w.]+ object>"
                    r"|\b__main__\.\w+"  # a page's own class by the name nbdev's kernel gives it (`__main__.TopK`)
-                   r"|\b[A-Z]\w*\((?:[a-z_]\w*=|\{))")  # a dataclass or a Flax state printed whole: FFWConfig(kind=..., State({
+                   r"|\b[A-Z]\w*\((?:[a-z_]\w*=|\{)")  # a dataclass or a Flax state printed whole: FFWConfig(kind=..., State({
 
 
 class _LongFloats:
@@ -344,6 +345,14 @@ def _raw_text(outputs) -> str:
     for o in outputs:
         parts += [o.get("text", "")] + [str(v) for k, v in o.get("data", {}).items() if k.startswith("text/")] + list(o.get("traceback", []))
     return "".join(parts)
+def _written_text(outputs) -> str:
+    "What a cell printed or wrote as text: streams, Markdown, and plain text where no HTML stands for it (a table's is HTML)."
+    parts = []
+    for o in outputs:
+        data = o.get("data", {})
+        parts += [o.get("text", ""), data.get("text/markdown", "")]
+        if "text/html" not in data and not any(k.startswith("image/") or "vega" in k for k in data): parts.append(data.get("text/plain", ""))
+    return "".join("".join(p) if isinstance(p, list) else p for p in parts)
 _MISSING = re.compile(r"(?<![\w.])[-+]?(?:nan|inf|infinity)(?![\w.-])|<NA>|(?<!\w)(?-i:NaT)(?!\w)", re.IGNORECASE)
 
 
@@ -375,7 +384,8 @@ def shown_problems(page_nb, shown: list[dict], folders: list[str]) -> list[tuple
         tags = set(cell.metadata.get("tags", []))
         where = f"code cell {i} ({(cell.source.splitlines() or [''])[0][:50]!r})"
         text = out["text"]
-        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("float", _FLOAT, [text]), ("warning", _WARNING, [text]),
+        checks = [("repr", _REPR, [text]), ("path", path_re, [text]), ("float", _FLOAT, [_written_text(cell.get("outputs", []))]),
+                  ("warning", _WARNING, [text]),
                   ("ansi", _ANSI, [_raw_text(cell.get("outputs", []))])]
         if not re.search(r"\bshow_doc\(", cell.source):
             checks.append(("nan", _MISSING, out["table_cells"]))
@@ -436,7 +446,7 @@ def test_shown_problems_are_caught(browser, tmp_path):
     assert [f[:2] for f in found] == [*enumerate(bad), (n + 1, "nan"), (n + 2, "repr")], found
     lines = [f[2] for f in found]
     assert "relu at 0x7f3a2b1c" in lines[0] and "(and 1 more)" in lines[0] and "/tmp/sgatlin_executed" in lines[1], lines
-    assert "(and 1 more)" in lines[1] and "0.123456789" in lines[2] and "(and 1 more)" in lines[2], lines
+    assert "(and 2 more)" in lines[1] and "0.123456789" in lines[2] and "(and 1 more)" in lines[2], lines
     assert "-inf" in lines[4] and "(and 1 more)" in lines[4], lines
 
 

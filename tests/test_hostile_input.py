@@ -309,3 +309,41 @@ def test_pages_overwrite_never_deletes_a_users_files(tmp_path, capsys):
     assert snapshot(site) == before and not (tmp_path / "site.partial").exists(), line
     (site / "site.json").write_text(json.dumps({"files": ["index.html", "notes.md"]}))  # a site that lists its files
     assert _foreign_files(site) == ["circuits/r12.html", "graphs/0/graph.json", "layer1.html", "neurons/L1_C0_N3.html", "neurons/my.css"]
+
+
+def test_a_submission_with_bad_job_entries_is_one_line(tmp_path, capsys):
+    "Job entries of `submission.json` without their keys, or with a number for an id, end `sgatlin status` in one line."
+    for i, job in enumerate([{"job": 987654321, "tasks": [0], "array": False}, {"tasks": [0]}, {"job": "12", "array": False},
+                             {"job": "12", "tasks": [0], "array": False, "collect": 13}]):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / "submission.json").write_text(json.dumps({"notebook": "x.ipynb", "tasks": [{}], "jobs": [job]}))
+        _refused(capsys, ["status", str(d)], f"{d / 'submission.json'}", "each job with its id as a string of digits")
+
+
+def test_ctrl_c_is_one_line(tmp_path, capsys, monkeypatch):
+    "Ctrl-C during `record` (or any command outside training's own handling) ends in one line and status 130, no traceback."
+    import sgatlin_nb.record
+    def interrupted(*args, **kwargs): raise KeyboardInterrupt
+    monkeypatch.setattr(sgatlin_nb.record, "record_run", interrupted)
+    assert main(["record", "--run", str(reference_run()), "--out", str(tmp_path / "db"), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["sgatlin record: interrupted (Ctrl-C); what it was writing is left unfinished, and the same "
+                                "command starts it again"], err
+
+
+def test_resume_names_a_damaged_metrics_line_and_out_may_not_be_a_file(data_dir, tmp_path, capsys, monkeypatch):
+    import dataclasses
+    from sgatlin_nb.configs import PRESETS
+    from sgatlin_nb.train import train
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    run = tmp_path / "run"
+    train(dataclasses.replace(PRESETS["test-tiny"], steps=30), "tinystories", run, progress=False, stop_at=10)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join([lines[0], "not json", *lines[1:]]) + "\n")
+    _refused(capsys, ["train", "--config", "test-tiny", "--out", str(run), "--steps", "30", "--resume", "--quiet"],
+             f"{run / 'metrics.jsonl'} line 2 is not valid JSON")
+    (tmp_path / "afile").write_text("mine")
+    _refused(capsys, ["train", "--config", "test-tiny", "--out", str(tmp_path / "afile"), "--steps", "2", "--quiet"],
+             f"--out {tmp_path / 'afile'} is a file, not a folder")
+    assert (tmp_path / "afile").read_text() == "mine"
