@@ -10,18 +10,16 @@ __all__ = ['EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'R
            'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
-import contextlib
 import dataclasses
 import fcntl
 import hashlib
 import json
 import math
-import re
 import os
+import re
 import shutil
 import signal
 import socket
-import tempfile
 import uuid
 from pathlib import Path
 
