@@ -25,7 +25,7 @@ import jax
 from fastcore.script import anno_parser
 
 from .configs import PRESETS, config_yaml, make_config
-from .distributed import init_distributed
+from .distributed import init_distributed, make_mesh
 from .train import DiskFull, evaluate, make_eval_step, sample_text, train as train_run
 from .runs import Preempted, RunError, export_run, exported, list_runs, load_run, terminal_safe
 from .data import TokenFile, into_place, unigram_cross_entropy
@@ -133,7 +133,8 @@ def _eval_tasks(run, step, tasks, full, limit, batch_size, results):
     "`sgatlin eval --tasks`: the table of `score_tasks` on stdout, the results as JSON beside the run (or at --results)."
     from sgatlin_nb.tasks import score_tasks, tasks_table
     if results is not None and Path(results).is_dir(): raise RunError(f"--results names a file to write; {results} is a folder")
-    res = score_tasks(run, tasks, full=full, limit=limit, step=step, batch_size=batch_size, progress=sys.stderr.isatty())
+    mesh = make_mesh() if jax.device_count() > 1 else None  # a GPU node's devices split each batch
+    res = score_tasks(run, tasks, full=full, limit=limit, step=step, batch_size=batch_size, mesh=mesh, progress=sys.stderr.isatty())
     print(f"{run} at step {res['step']}: accuracy and bits per byte with 95% intervals")
     print(tasks_table(res).to_string())
     out = Path(results) if results else None if (Path(run) / 'manifest.json').exists() else Path(run) / 'tasks.json'

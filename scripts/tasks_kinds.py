@@ -1,0 +1,38 @@
+"""Issue 50: the five feedforward kinds on standard tasks at the CPU sweep's largest budget (1.28e13 FLOPs), where every
+kind's isoflop optimum is scale 2 (07_scaling). Retrains those optima with the sweep's code (`run_sweep`, the CPU
+protocol, seed 0; runs kept), scores each run and the reference model on the task samples with `score_tasks`, and
+writes nbs/results/tasks_cpu.json, which 08a_tasks reads. Resumable: finished runs are not trained again.
+
+    python scripts/tasks_kinds.py [WORK_DIR]     # about 40 minutes on two quiet cores (training), 4 more (scoring)
+"""
+import json, os, sys, time
+from pathlib import Path
+ROOT = Path(__file__).resolve().parent.parent
+os.chdir(ROOT / 'nbs')
+from sgatlin_nb.reference import REFERENCE_DIR
+from sgatlin_nb.runs import code_identity
+from sgatlin_nb.scaling import CPU_PROTOCOL, Point, read_results, run_sweep
+from sgatlin_nb.tasks import score_tasks
+
+BUDGET, SCALE, SEED, KINDS = 1.28e13, 2, 0, ('mlp', 'swiglu', 'moe', 'peer', 'sgatlin')
+TASK_NAMES = ['lambada', 'hellaswag', 'zorro', 'copy']
+
+def main(work: str = '/tmp/task_runs'):
+    work = Path(work)
+    points = [Point('tinystories', BUDGET, k, SCALE, seed=SEED) for k in KINDS]
+    run_sweep(points, CPU_PROTOCOL, work / 'retrained.json', work_dir=work, keep_runs=True)
+    trained = {r['key']: r for r in read_results(work / 'retrained.json')['runs']}
+    sweep = {r['key']: r for r in read_results(ROOT / 'nbs/results/isoflop_cpu_extension.json')['runs']}
+    out = {'budget': BUDGET, 'scale': SCALE, 'seed': SEED, 'tasks': TASK_NAMES, 'code': code_identity(), 'runs': {}}
+    for k, p in zip(KINDS, points):
+        t0 = time.perf_counter()
+        res = score_tasks(work / p.key, TASK_NAMES, progress=False, details=True)
+        out['runs'][k] = {'key': p.key, 'eval_ppl': trained[p.key]['eval_ppl'], 'sweep_eval_ppl': sweep[p.key]['eval_ppl'],
+                          'train_s': trained[p.key]['wall_s'], 'params': trained[p.key]['params'], 'score_s': time.perf_counter() - t0,
+                          'tasks': {n: {key: v for key, v in r.items() if key != 'scores'} for n, r in res['tasks'].items()}}
+        print(k, {n: round(r['bpb'], 3) for n, r in res['tasks'].items()}, flush=True)
+    ref = score_tasks(REFERENCE_DIR, TASK_NAMES, progress=False, details=True)
+    out['reference'] = {'tasks': {n: {key: v for key, v in r.items() if key != 'scores'} for n, r in ref['tasks'].items()}}
+    (ROOT / 'nbs/results/tasks_cpu.json').write_text(json.dumps(out) + '\n')
+
+if __name__ == '__main__': main(*sys.argv[1:])
