@@ -9,6 +9,8 @@ __all__ = ['LAYER_COLUMNS', 'PARTIAL_MARK', 'circuit_sql', 'neuron_table', 'top_
            'build_pages', 'write_neuron_page']
 
 # %% ../nbs/17_pages.ipynb #c3ef476a
+import contextlib
+import fcntl
 import functools
 import json
 import math
@@ -493,6 +495,22 @@ def _foreign_files(out: Path) -> list[str]:
                   and (rel := p.relative_to(out).as_posix()) != 'site.json'
                   and not (rel in listed if listed else _SITE_LAYOUT.fullmatch(rel)))
 
+@contextlib.contextmanager
+def _site_lock(out: Path):
+    "Hold `.OUT.lock` beside the site folder while a site is written there: one `pages` build per folder at a time."
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.with_name(f'.{out.name}.lock')
+    with open(path, 'a+') as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            raise RunError(f"{out} is being written by {f.read().strip() or 'another process'}: wait for it to finish "
+                           f"or choose another --out") from None
+        f.seek(0); f.truncate(); f.write(f'sgatlin pages (pid {os.getpid()})'); f.flush()
+        try: yield
+        finally: path.unlink(missing_ok=True)
+
 def build_pages(out: str | Path = 'pages',             # folder for the site (created; index.html is its front page)
                 *,
                 run: str | Path | None = None,         # training run or exported model (default: the reference model)
@@ -511,6 +529,10 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
     if max_circuits is not None and (not isinstance(max_circuits, int) or max_circuits < 0):
         raise ValueError(f"max_circuits must be a non-negative integer or None (no cap), got {max_circuits!r}")
     out = Path(out)
+    with _site_lock(out):
+        return _build_pages(out, run, db, per_layer, max_circuits, contexts, width, graphs, overwrite, progress, t0)
+
+def _build_pages(out: Path, run, db, per_layer, max_circuits, contexts, width, graphs, overwrite, progress, t0) -> dict:
     if out.exists() and any(out.iterdir()) and not (overwrite and (out / 'site.json').exists()):
         raise ValueError(f"out={out} is not empty: choose a new folder" + (", or pass overwrite=True (--overwrite) to replace the site there"
                                                                           if (out / 'site.json').exists() else ""))

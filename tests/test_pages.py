@@ -179,3 +179,14 @@ def test_graph_view_links_to_the_site(site, browser, tmp_path):
     assert hrefs and all((site_dir / "graphs" / "0" / h).resolve().is_file() for h in hrefs), hrefs
     assert browser.execute_script("return window.__pageErrors") == []
     _shot(browser, "graph_in_site")
+
+
+def test_a_second_build_into_the_same_folder_is_refused_in_one_line(tmp_path):
+    "Two `pages` writers on one folder: the second stops at once, naming the first, before it loads anything."
+    from sgatlin_nb.pages import _site_lock, build_pages
+    from sgatlin_nb.runs import RunError
+    out = tmp_path / 'site'
+    with _site_lock(out):
+        with pytest.raises(RunError, match=r'site is being written by sgatlin pages \(pid \d+\): wait for it'):
+            build_pages(out, progress=False)
+    assert not (tmp_path / '.site.lock').exists() and not out.exists()
