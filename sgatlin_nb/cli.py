@@ -272,6 +272,12 @@ def record(run: str = 'runs/tinystories-cpu',   # training run to record
     return db
 
 # %% ../nbs/90_cli.ipynb #e81c06f3
+def _not_into_a_run(out, option: str = '--out'):
+    "Refuse an analysis folder that is a training run's or an export's own: its files go in a folder of their own."
+    if out is not None and ((Path(out) / 'run.json').exists() or (Path(out) / 'model.safetensors').exists()):
+        raise RunError(f"{option} {out} is a training run's folder: write the analysis into a folder of its own "
+                       f"(e.g. {option} {Path(out) / 'analysis'})")
+
 def neighbours(sentence: str,               # text to analyse (positional); best inside a story-like context
                run: str = None,             # training run to query (default: the reference run, trained on first use)
                db: str = None,              # circuit database of that run (default: 128 held-out stories, recorded beside the run)
@@ -284,6 +290,7 @@ def neighbours(sentence: str,               # text to analyse (positional); best
                quiet: bool = False):        # no progress bar
     "The nearest recorded circuits of each token of a sentence: a table and a heatmap like the paper's figure 6."
     from sgatlin_nb.neighbours import write_neighbours
+    _not_into_a_run(out)
     with _layer_numbers('--layer', layer):
         paths = write_neighbours(sentence, out, run=run, db=db, layer=_layer_index(layer, '--layer'), k=k, focus=focus,
                                  width=width, overwrite=overwrite, progress=not quiet)
@@ -309,6 +316,7 @@ def map(db: str = 'runs/tinystories-cpu/circuits/tinystories-valid-128',  # circ
         quiet: bool = False):        # no progress bar
     "A UMAP map of the circuits of the most frequent tokens, per layer, and how pure their token groups are (figure 5 of the paper)."
     from sgatlin_nb.embedding import write_map
+    _not_into_a_run(out)
     numbers = _int_list(layers, '--layers')
     with _layer_numbers('--layers', layers):
         files = write_map(db, out or Path(db) / 'map', n_top=n_top, by=by,
@@ -371,6 +379,7 @@ def graph(prompt: str,                # the prompt (positional); the model reads
     from sgatlin_nb.pages import neuron_file
     from sgatlin_nb.reference import reference_run
     shares = parse_prune(prune)
+    _not_into_a_run(out)
     cfg, tokenizer, graphdef, params, _ = load_run(run or reference_run())
     site, out_dir = (Path(pages) if pages else None), Path(out)
     if site is not None and not (site / 'index.html').is_file():

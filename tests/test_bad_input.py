@@ -84,6 +84,17 @@ def test_not_a_run(tmp_path, data_dir, run20):
     assert not (tmp_path / "x").exists()
 
 
+def test_analyses_do_not_write_into_a_training_run(data_dir, run20):
+    "neighbours, map and graph keep their files out of a run's own folder: one line, the folder untouched."
+    before = snapshot(run20)
+    for argv in (["neighbours", "The dog ran"], ["map", "--db", str(run20)], ["graph", "The dog"]):
+        _fails(run_in_process([*argv, "--out", str(run20)], data_dir), "is a training run's folder: write the analysis")
+    _fails(run_in_process(["eval", "--run", str(run20), "--tasks", "copy", "--limit", "0"], data_dir), "--limit must be at least 1")
+    _fails(run_in_process(["eval", "--run", str(run20), "--tasks", "copy,hellaswagg"], data_dir), "unknown task 'hellaswagg'")
+    _fails(run_in_process(["eval", "--run", str(run20), "--limit", "3"], data_dir), "go with --tasks")
+    assert snapshot(run20) == before
+
+
 # ---- damaged checkpoints ----
 
 def _damage(ckpt: Path, how: str) -> str:
