@@ -190,9 +190,12 @@ def checkpoint_damage(run: str | Path, step: int) -> str | None:
     "What differs in checkpoint `step` from its recorded checksums; None if nothing does (or nothing was recorded)."
     folder, record = Path(run) / 'checkpoints' / str(step), Path(run) / 'checksums' / f'{step}.json'
     if not folder.is_dir(): return 'its folder is missing'
-    if not record.exists(): return None
-    have = _file_sums(folder)
-    for name, (size, digest) in json.loads(record.read_text()).items():
+    try:
+        if not record.exists(): return None
+        have, want = _file_sums(folder), json.loads(record.read_text())
+    except FileNotFoundError:  # a training run rotated this checkpoint out while it was read
+        return 'its files were removed while they were read'
+    for name, (size, digest) in want.items():
         if name not in have: return f'{name} is missing'
         if have[name][0] != size: return f'{name} has {have[name][0]:,} bytes, {size:,} when written'
         if have[name][1] != digest: return f'{name} changed since it was written (SHA-256 differs)'

@@ -132,6 +132,17 @@ def test_damaged_checkpoint(tmp_path, data_dir, run20, how, says):
     assert run_sgatlin(["eval", "--run", str(run)], "").returncode == 0
 
 
+def test_a_checkpoint_removed_while_it_is_read_is_no_damage(tmp_path, monkeypatch, run20):
+    "A training run rotating a checkpoint out under `eval`: the reader's files vanish (errno 2); not damage, no raw error."
+    import sgatlin_nb.runs as runs
+    run = _copy(run20, tmp_path)
+    last = runs.checkpoint_steps(run)[-1]
+    def vanishing(folder):
+        raise FileNotFoundError(2, 'No such file or directory', str(folder / 'default'))
+    monkeypatch.setattr(runs, '_file_sums', vanishing)
+    assert runs.checkpoint_damage(run, last) == 'its files were removed while they were read'
+
+
 def test_partial_checkpoint_is_ignored(tmp_path, data_dir, run20):
     run = _copy(run20, tmp_path)
     partial = run / "checkpoints" / "30.orbax-checkpoint-tmp-1234"
