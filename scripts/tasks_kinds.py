@@ -17,6 +17,12 @@ from sgatlin_nb.tasks import score_tasks
 BUDGET, SCALE, SEED, KINDS = 1.28e13, 2, 0, ('mlp', 'swiglu', 'moe', 'peer', 'sgatlin')
 TASK_NAMES = ['lambada', 'hellaswag', 'zorro', 'copy']
 
+def _compact(tasks: dict) -> dict:
+    "A task's results without every choice's score, item nats to a micro-nat (the file stays small)."
+    out = {n: {k: v for k, v in r.items() if k != 'scores'} for n, r in tasks.items()}
+    for r in out.values(): r['per_item'] = {**r['per_item'], 'nats': [round(x, 6) for x in r['per_item']['nats']]}
+    return out
+
 def main(work: str = '/tmp/task_runs'):
     work = Path(work)
     points = [Point('tinystories', BUDGET, k, SCALE, seed=SEED) for k in KINDS]
@@ -29,10 +35,10 @@ def main(work: str = '/tmp/task_runs'):
         res = score_tasks(work / p.key, TASK_NAMES, progress=False, details=True)
         out['runs'][k] = {'key': p.key, 'eval_ppl': trained[p.key]['eval_ppl'], 'sweep_eval_ppl': sweep[p.key]['eval_ppl'],
                           'train_s': trained[p.key]['wall_s'], 'params': trained[p.key]['params'], 'score_s': time.perf_counter() - t0,
-                          'tasks': {n: {key: v for key, v in r.items() if key != 'scores'} for n, r in res['tasks'].items()}}
+                          'tasks': _compact(res['tasks'])}
         print(k, {n: round(r['bpb'], 3) for n, r in res['tasks'].items()}, flush=True)
     ref = score_tasks(REFERENCE_DIR, TASK_NAMES, progress=False, details=True)
-    out['reference'] = {'tasks': {n: {key: v for key, v in r.items() if key != 'scores'} for n, r in ref['tasks'].items()}}
+    out['reference'] = {'tasks': _compact(ref['tasks'])}
     (ROOT / 'nbs/results/tasks_cpu.json').write_text(json.dumps(out) + '\n')
 
 if __name__ == '__main__': main(*sys.argv[1:])
