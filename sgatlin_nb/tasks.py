@@ -202,15 +202,19 @@ class Scorer:
 
     def __call__(self, pairs: list[tuple[list[int], list[int]]], progress: bool = False, desc: str = 'scoring') -> list[tuple[float, bool]]:
         """`(sum of the continuation's log-probabilities, whether every continuation token is the argmax)` of each
-        `(context ids, continuation ids)`; a row longer than the context keeps its last `seq_len + 1` tokens."""
+        `(context ids, continuation ids)`. A row longer than the context keeps its last `seq_len + 1` tokens; a
+        continuation longer than the context is scored in windows from its end, each predicting new tokens only."""
         rows = []
         for i, (ctx, cont) in enumerate(pairs):
-            if not 1 <= len(cont) <= self.seq_len:
-                raise RunError(f"item {i} has a continuation of {len(cont)} tokens; the model reads 1 to {self.seq_len}")
-            toks = (list(ctx) + list(cont))[-(self.seq_len + 1):]
-            rows.append((i, toks, len(cont)))
+            if not ctx or not cont: raise RunError(f"item {i} has an empty context or continuation (the context holds at least <|endoftext|>)")
+            full, b = list(ctx) + list(cont), len(ctx) + len(cont)
+            while b > len(ctx):  # targets full[a:b], read from the row full[b - seq_len - 1:b]
+                a = max(len(ctx), b - self.seq_len)
+                rows.append((i, full[max(0, b - self.seq_len - 1):b], b - a))
+                b = a
         rows.sort(key=lambda r: -len(r[1]))
-        out, bar = [None] * len(pairs), tqdm(total=len(rows), desc=desc, disable=not progress, leave=False)
+        lp, greedy = np.zeros(len(pairs)), np.ones(len(pairs), bool)
+        bar = tqdm(total=len(rows), desc=desc, disable=not progress, leave=False)
         start = 0
         while start < len(rows):
             T = self.length(len(rows[start][1]) - 1)
@@ -223,11 +227,12 @@ class Scorer:
             lp_BxT, greedy_BxT = map(np.asarray, self._fn(self.params, inputs_BxT, targets_BxT))
             for b, (i, toks, n) in enumerate(batch):
                 at = slice(len(toks) - 1 - n, len(toks) - 1)
-                out[i] = (float(lp_BxT[b, at].astype(np.float64).sum()), bool(greedy_BxT[b, at].all()))
+                lp[i] += lp_BxT[b, at].astype(np.float64).sum()
+                greedy[i] &= bool(greedy_BxT[b, at].all())
             start += len(batch)
             bar.update(len(batch))
         bar.close()
-        return out
+        return [(float(x), bool(g)) for x, g in zip(lp, greedy)]
 
 # %% ../nbs/08a_tasks.ipynb #ta000023
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
