@@ -839,6 +839,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'sgatlin_nb.train.memory_preflight': ('train.html#memory_preflight', 'sgatlin_nb/train.py'),
                                   'sgatlin_nb.train.routed_choices': ('train.html#routed_choices', 'sgatlin_nb/train.py'),
                                   'sgatlin_nb.train.sample_text': ('train.html#sample_text', 'sgatlin_nb/train.py'),
+                                  'sgatlin_nb.train.sequence_usage': ('train.html#sequence_usage', 'sgatlin_nb/train.py'),
                                   'sgatlin_nb.train.state_bytes': ('train.html#state_bytes', 'sgatlin_nb/train.py'),
                                   'sgatlin_nb.train.state_shardings': ('train.html#state_shardings', 'sgatlin_nb/train.py'),
                                   'sgatlin_nb.train.token_losses': ('train.html#token_losses', 'sgatlin_nb/train.py'),

@@ -61,6 +61,11 @@ def _circuit_tables(con, db: CircuitDB, sql_path, J: int, S: int):
     layers = [f"SELECT {l} AS layer, row, unnest(range({J})) // {S} AS channel, unnest(indices) AS neuron, "
               f"unnest(scores) AS score FROM read_parquet('{sql_path(f'gates_layer{l}.parquet')}')" for l in range(db.n_layers)]
     con.execute(f"CREATE TABLE firings AS {' UNION ALL '.join(layers)}")
+    bad = con.execute(f"SELECT layer, min(neuron), max(neuron) FROM firings GROUP BY layer "
+                      f"HAVING min(neuron) < 0 OR max(neuron) >= {db.d_ffw} ORDER BY layer LIMIT 1").fetchone()
+    if bad:  # an edited file: every page built on it would show neurons the layer does not have
+        raise RunError(f"{db.path / f'gates_layer{bad[0]}.parquet'} holds neuron indices from {bad[1]} to {bad[2]}, "
+                       f"outside [0, {db.d_ffw}): it was edited or damaged; record the database again with `sgatlin record`")
 
 # %% ../nbs/17_pages.ipynb #bef80613
 def neuron_table(con: duckdb.DuckDBPyConnection, db: CircuitDB,

@@ -336,9 +336,15 @@ class CircuitDB:
 
     def gates(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
         "A layer's recorded gates: indices `[N, C, k]` int32 and scores `[N, C, k]` float32."
-        t = pq.read_table(self.path / f'gates_layer{self.layer(layer)}.parquet', columns=['indices', 'scores'])
+        path = self.path / f'gates_layer{self.layer(layer)}.parquet'
+        t = pq.read_table(path, columns=['indices', 'scores'])
         shape = (t.num_rows, self.n_channels, self.k)
-        return tuple(t.column(c).combine_chunks().flatten().to_numpy().reshape(shape) for c in ('indices', 'scores'))
+        idx, sc = (t.column(c).combine_chunks().flatten().to_numpy().reshape(shape) for c in ('indices', 'scores'))
+        bad = (f"{t.num_rows:,} rows for {self.n_rows:,} recorded tokens" if t.num_rows != self.n_rows else
+               f"neuron indices from {idx.min()} to {idx.max()}, outside [0, {self.d_ffw})" if idx.size and not 0 <= idx.min() <= idx.max() < self.d_ffw
+               else None)
+        if bad: raise ValueError(f"{path} holds {bad}: it was edited or damaged; record the database again with `sgatlin record`")
+        return idx, sc
 
     def gating_matrix(self, layer: int, rows=None) -> sp.csr_matrix:
         "A layer's gating vectors as a sparse `[N, C·d_ffw]` matrix (or only `rows`): column `c·d_ffw + index`, value the score."

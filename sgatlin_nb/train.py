@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses', 'lm_loss',
            'data_parallel_grads', 'init_state', 'state_shardings', 'make_train_step', 'routed_choices', 'usage_counts',
-           'usage_stats', 'make_eval_step', 'evaluate', 'abstract_state', 'state_bytes', 'activation_bytes',
-           'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit', 'memory_preflight', 'xla_memory',
-           'xla_preflight', 'sample_text', 'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
+           'sequence_usage', 'usage_stats', 'make_eval_step', 'evaluate', 'abstract_state', 'state_bytes',
+           'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit', 'memory_preflight',
+           'xla_memory', 'xla_preflight', 'sample_text', 'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import contextlib
@@ -177,25 +177,54 @@ def usage_counts(indices, real_BxT, n_choices: int):
     w = jnp.broadcast_to(real_BxT.reshape(1, -1, 1), idx.shape).astype(jnp.int32)  # integer atomics on a GPU: exact, no retry loop
     return jax.vmap(lambda i, w: jnp.zeros(n_choices, jnp.int32).at[i.reshape(-1)].add(w.reshape(-1)))(idx, w).astype(jnp.float32)
 
-def usage_stats(counts) -> dict:
-    "Per layer, from usage counts `[L, n]`: the fraction of neurons (experts) chosen at least once, and the entropy of usage over log(n)."
+def sequence_usage(indices, real_BxT, n_choices: int):
+    """Per layer, over the rows (sequences) with at least one real target: the sum of each row's fraction of neurons
+    (experts) chosen and of its usage entropy over log(n), and the number of such rows, `[L, 3]` float32 from gate indices
+    `[L, B, T, ...]`. Over the rows, the first two are the authors' per-sequence figures (`ExpertsUsage`)."""
+    L, (B, T) = indices.shape[0], real_BxT.shape
+    idx = indices.reshape(L, B, T, -1)
+    w = jnp.broadcast_to(real_BxT.reshape(1, B, T, 1), idx.shape).astype(jnp.int32)
+    count = lambda i, w: jnp.zeros(n_choices, jnp.int32).at[i.reshape(-1)].add(w.reshape(-1))
+    counts = jax.vmap(jax.vmap(count))(idx, w).astype(jnp.float32)       # [L, B, n]: each row's own counts
+    total = counts.sum(-1)
+    p = counts / jnp.maximum(total, 1.0)[..., None]
+    entropy = -jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0).sum(-1) / math.log(n_choices)
+    row = (total > 0).astype(jnp.float32)                                 # a row of padding only is no sequence
+    return jnp.stack([((counts > 0).mean(-1) * row).sum(-1), (entropy * row).sum(-1), row.sum(-1)], -1)
+
+def usage_stats(counts,
+                per_sequence=None,  # `sequence_usage` summed over the evaluation's batches, `[L, 3]`
+                ) -> dict:
+    """Per layer, from usage counts `[L, n]` pooled over the evaluation: the fraction of neurons (experts) chosen at least
+    once, and the entropy of usage over log(n); with `per_sequence`, the same two figures taken in each sequence and
+    averaged over sequences, as the authors' `ExpertsUsage` logs them (`fraction_nonzero_per_sequence`,
+    `normalized_entropy_per_sequence`)."""
     counts = np.asarray(counts, np.float64)
     p = counts / np.maximum(counts.sum(-1, keepdims=True), 1.0)
     entropy = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1) / np.log(counts.shape[-1])
-    return {'usage_fraction': (counts > 0).mean(-1).round(6).tolist(), 'usage_entropy': entropy.round(6).tolist()}
+    out = {'usage_fraction': (counts > 0).mean(-1).round(6).tolist(), 'usage_entropy': entropy.round(6).tolist()}
+    if per_sequence is not None:
+        s = np.asarray(per_sequence, np.float64)
+        rows = np.maximum(s[:, 2], 1.0)
+        out |= {'usage_fraction_per_sequence': (s[:, 0] / rows).round(6).tolist(),
+                'usage_entropy_per_sequence': (s[:, 1] / rows).round(6).tolist()}
+    return out
 
 def make_eval_step(graphdef, mesh: Mesh | None = None,
                    shardings=None):  # the parameters' shardings on `mesh` (default: replicated)
-    """Jitted `(params, batch) -> (sum of token losses, token count, usage counts [L, n])`, the counts of `usage_counts`
-    (`[L, 0]` for a dense feedforward layer); with a `mesh`, each device scores its own rows."""
+    """Jitted `(params, batch) -> (sum of token losses, token count, usage counts [L, n], per-sequence usage [L, 3])`: the
+    counts of `usage_counts` and the sums of `sequence_usage` (`[L, 0]` and zeros for a dense feedforward layer); with a
+    `mesh`, each device scores its own rows."""
     def local(params, batch):
         model = nnx.merge(graphdef, params)
         n = routed_choices(model.cfg.ffw)
         if not n:
             losses, real = masked_token_losses(model, batch)
-            return losses.sum(), real.sum().astype(jnp.float32), jnp.zeros((model.cfg.n_layers, 0), jnp.float32)
+            L = model.cfg.n_layers
+            return losses.sum(), real.sum().astype(jnp.float32), jnp.zeros((L, 0), jnp.float32), jnp.zeros((L, 3), jnp.float32)
         losses, real, gates = masked_token_losses(model, batch, gates=True)
-        return losses.sum(), real.sum().astype(jnp.float32), usage_counts(gates.indices, real, n)
+        return (losses.sum(), real.sum().astype(jnp.float32), usage_counts(gates.indices, real, n),
+                sequence_usage(gates.indices, real, n))
     if mesh is None or mesh.size == 1:
         return jax.jit(local)
     def sharded(params, batch):
@@ -210,22 +239,23 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     """Held-out loss and perplexity over (at most) `max_tokens` real target tokens (batches split over `mesh` if given):
     `eval_ppl` is `exp` of the token-weighted mean loss; `eval_ppl_batches` the authors' test perplexity, the mean over
     batches of `exp` of each batch's mean loss, over the same batches. A routed layer's model also gets `usage_stats`
-    of the neurons (experts) its tokens chose, per layer."""
-    total, count, batch_ppl, n_batches, used = 0.0, 0.0, 0.0, 0, None
+    of the neurons (experts) its tokens chose, per layer, pooled and per sequence."""
+    total, count, batch_ppl, n_batches, used, per_seq = 0.0, 0.0, 0.0, 0, None, 0.0
     batches = eval_batches if batching == 'packed' else eval_document_batches
     for batch in batches(token_file, batch_size, seq_len):
         if mesh is not None:  # a short last batch is padded with rows that have no target, one share per device
             pad = -batch.shape[0] % mesh.shape['data']
             batch = np.concatenate([batch, np.full((pad, batch.shape[1]), PAD_TARGET, batch.dtype)])
-        s, c, u = eval_step(params, shard_batch(batch, mesh) if mesh is not None else jnp.asarray(batch))
+        s, c, u, q = eval_step(params, shard_batch(batch, mesh) if mesh is not None else jnp.asarray(batch))
         total, count = total + float(s), count + float(c)
         used = np.asarray(u, np.float64) if used is None else used + np.asarray(u)
+        per_seq = per_seq + np.asarray(q, np.float64)
         if float(c) > 0: batch_ppl, n_batches = batch_ppl + math.exp(min(float(s) / float(c), 50.0)), n_batches + 1
         if count >= max_tokens: break
     loss = total / max(count, 1.0)
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count),
             'eval_ppl_batches': batch_ppl / max(n_batches, 1),
-            **(usage_stats(used) if used is not None and used.shape[-1] else {})}
+            **(usage_stats(used, per_seq) if used is not None and used.shape[-1] else {})}
 
 # %% ../nbs/06_train.ipynb #e23a0002
 def abstract_state(cfg: TrainConfig):

@@ -209,6 +209,27 @@ def test_damaged_parquet_is_one_line_for_pages_and_neuron(hostile_db, tmp_path, 
     assert not (tmp_path / "n.html").exists() and not (tmp_path / "site").exists() and not (tmp_path / "site.partial").exists()
 
 
+def test_gate_indices_out_of_range_are_one_line_for_neuron(hostile_db, tmp_path, capsys):
+    """A gates file whose neuron indices lie outside [0, d_ffw) (edited by hand or by another tool): one line, no page, for
+    the page writers (DuckDB) and the readers of `CircuitDB.gates` alike."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    db, _ = hostile_db
+    edited = Path(shutil.copytree(db.path, tmp_path / "db"))
+    f = edited / "gates_layer0.parquet"
+    t = pq.read_table(f)
+    col = t.column("indices").combine_chunks()
+    shifted = pa.FixedSizeListArray.from_arrays(pa.array(col.flatten().to_numpy() + db.d_ffw), col.type.list_size)
+    pq.write_table(t.set_column(t.schema.get_field_index("indices"), "indices", shifted), f)
+    _refused(capsys, ["neuron", "--run", str(reference_run()), "--db", str(edited), "--layer", "1", "--channel", "0",
+                      "--neuron", "0", "--out", str(tmp_path / "n.html"), "--quiet"],
+             f"{f} holds neuron indices from ", f"outside [0, {db.d_ffw})", "sgatlin record")
+    _refused(capsys, ["neighbours", "The dog.", "--run", str(reference_run()), "--db", str(edited), "--layer", "1",
+                      "--out", str(tmp_path / "nb")],
+             f"{f} holds neuron indices from ", "sgatlin record")
+    assert not (tmp_path / "n.html").exists() and not (tmp_path / "nb").exists()
+
+
 def test_a_manifest_cut_short_is_one_line_for_every_reader(hostile_db, tmp_path, capsys):
     "A manifest.json without its recording or counts section (edited, or cut by hand): one line naming the field."
     db, _ = hostile_db
