@@ -40,7 +40,7 @@ class ModelConfig:
     head_dim: int = 64          # size of one attention head; n_heads = d_model // head_dim
     rope_base: float = 10000.0  # base of the rotary frequencies
     qk_norm: bool = False       # RMSNorm on each head's queries and keys
-    dtype: str = 'float32'      # compute dtype: 'float32', 'bfloat16' or 'float16'; parameters stay float32
+    dtype: str = 'float32'      # compute dtype: 'float32', 'bfloat16' or 'float16'; parameters and the residual stream stay float32
     remat: bool = False         # recompute each block's activations in the backward pass
 
     def __post_init__(self):
@@ -183,8 +183,10 @@ def patch_site(name: str, value, patch=None):
 
 # %% ../nbs/04_transformer.ipynb #272a2220
 class Block(nnx.Module):
-    "Pre-norm transformer block: `x + attn(norm(x))`, then `x + ffw(norm(x))`, with its sites read and patched."
+    """Pre-norm transformer block: `x + attn(norm(x))`, then `x + ffw(norm(x))`, with its sites read and patched; the
+    attention and the feedforward layer compute in the compute dtype, and their outputs add into a float32 stream."""
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.dtype = jnp.dtype(cfg.dtype)
         self.attn_norm = RMSNorm(cfg.d_model)
         self.attn = Attention(cfg.d_model, cfg.head_dim, rope_base=cfg.rope_base, qk_norm=cfg.qk_norm,
                               dtype=jnp.dtype(cfg.dtype), rngs=rngs)
@@ -202,7 +204,7 @@ class Block(nnx.Module):
             return value
         x_BxTxD = at('resid_pre', x_BxTxD)
         x_BxTxD = x_BxTxD + at('attn_out', self.attn(self.attn_norm(x_BxTxD), positions_T))
-        z_BxTxD = self.ffw_norm(x_BxTxD)
+        z_BxTxD = self.ffw_norm(x_BxTxD).astype(self.dtype)
         if 'gates' in sites or 'gates' in patches:
             f_BxTxD = self.ffw.apply_gates(z_BxTxD, at('gates', self.ffw.gate(z_BxTxD)))
         else:
@@ -213,7 +215,7 @@ class Block(nnx.Module):
         "The block on `T` new positions from `start` on, with the attention's key-value cache (`Attention.decode`)."
         a_BxTxD, k_BxSxHxE, v_BxSxHxE = self.attn.decode(self.attn_norm(x_BxTxD), start, k_BxSxHxE, v_BxSxHxE)
         x_BxTxD = x_BxTxD + a_BxTxD
-        return x_BxTxD + self.ffw(self.ffw_norm(x_BxTxD)), k_BxSxHxE, v_BxSxHxE
+        return x_BxTxD + self.ffw(self.ffw_norm(x_BxTxD).astype(self.dtype)), k_BxSxHxE, v_BxSxHxE
 
 # %% ../nbs/04_transformer.ipynb #788368ef
 class Patch(NamedTuple):
@@ -283,14 +285,14 @@ class Transformer(nnx.Module):
         "Next-token logits `[B, T, V]` (float32); with `sites` also a dict site → values, with `return_gates` a tuple of one `Gates` per layer."
         patches = dict(patches or {})
         self._check(tokens_BxT, sites, patches, return_gates, patch)
-        cfg, dtype = self.cfg, jnp.dtype(self.cfg.dtype)
+        cfg = self.cfg
         read = tuple(sites) + ('gates',) * return_gates
         layer_patches = [{name: (jax.tree.map(lambda a: a[l], values), mask[l]) for name, (values, mask) in patches.items()}
                          for l in range(cfg.n_layers)]
         if patch is not None:
             for l, p in enumerate(layer_patches): p['gates'] = (patch.gates[l], patch.mask[l])
         positions_T = jnp.arange(tokens_BxT.shape[1])
-        x_BxTxD = take_rows(self.embed[...], tokens_BxT).astype(dtype)
+        x_BxTxD = take_rows(self.embed[...], tokens_BxT).astype(jnp.float32)  # the residual stream: float32, as the authors keep it
 
         def run_block(block, x_BxTxD, patches):
             return block(x_BxTxD, positions_T, sites=read, patches=patches)
@@ -321,7 +323,7 @@ class Transformer(nnx.Module):
 
     def decode(self, tokens_BxT, cache, start):
         "Logits `[B, T, V]` of `T` tokens at positions `start, ...`, attending to the cached positions before; and the updated cache."
-        x_BxTxD = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(jnp.dtype(self.cfg.dtype))
+        x_BxTxD = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(jnp.float32)
         keys, values = [], []
         for block, k_BxSxHxE, v_BxSxHxE in zip(self.blocks, cache.keys, cache.values):  # no backward pass: remat plays no part
             x_BxTxD, k_BxSxHxE, v_BxSxHxE = block.decode(x_BxTxD, start, k_BxSxHxE, v_BxSxHxE)

@@ -4,8 +4,9 @@
 
 # %% auto #0
 __all__ = ['OLMO_WHEEL', 'TASKS', 'UNCONDITIONED', 'Task', 'task_cache', 'olmo_wheel', 'olmo_items', 'copy_items', 'read_task',
-           'encode_pair', 'Scorer', 'wilson', 'bits_per_byte', 'item_results', 'task_metrics', 'paired_difference',
-           'score_items', 'score_tasks', 'tasks_table', 'SgatlinLM', 'harness_tasks']
+           'encode_pair', 'scoring_rows', 'Scorer', 'wilson', 'bits_per_byte', 'item_results', 'task_metrics',
+           'paired_difference', 'score_items', 'score_tasks', 'tasks_table', 'SgatlinLM', 'harness_tasks',
+           'scoring_shape', 'scoring_flops']
 
 # %% ../nbs/08a_tasks.ipynb #ta000003
 import gzip
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -28,9 +30,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from .complexity import model_flops
 from .data import SAMPLES_DIR, data_root, eot_id, read_texts
 from .distributed import shard_batch
-from .model import generate
+from .model import ModelConfig, generate
 from .runs import RunError, load_run
 
 try:  # lm-evaluation-harness is the `eval` extra (and in `dev`): only `SgatlinLM` needs it
@@ -179,6 +182,24 @@ def _token_logprobs(graphdef, params, inputs_BxT, targets_BxT):
     lp_BxT = jnp.take_along_axis(jax.nn.log_softmax(logits_BxTxV), targets_BxT[..., None], -1)[..., 0]
     return lp_BxT, logits_BxTxV.argmax(-1) == targets_BxT
 
+def _row_length(n: int, seq_len: int) -> int:
+    "The padded length of a row of `n` inputs: a power of two from 16, at most the context `seq_len`."
+    return min(seq_len, max(16, 1 << (n - 1).bit_length()))
+
+def scoring_rows(pairs: list[tuple[list[int], list[int]]], seq_len: int) -> list[tuple[int, list[int], int]]:
+    """The rows a model of context `seq_len` runs to score `(context ids, continuation ids)` pairs, as `(pair, tokens,
+    targets scored)`: a row keeps its last `seq_len + 1` tokens, and a continuation longer than the context is scored in
+    windows from its end, each predicting new tokens only."""
+    rows = []
+    for i, (ctx, cont) in enumerate(pairs):
+        if not ctx or not cont: raise RunError(f"item {i} has an empty context or continuation (the context holds at least <|endoftext|>)")
+        full, b = list(ctx) + list(cont), len(ctx) + len(cont)
+        while b > len(ctx):  # targets full[a:b], read from the row full[b - seq_len - 1:b]
+            a = max(len(ctx), b - seq_len)
+            rows.append((i, full[max(0, b - seq_len - 1):b], b - a))
+            b = a
+    return rows
+
 class Scorer:
     """Log-likelihoods of continuations under a model, batched and jitted: rows sorted by length into a few padded
     lengths; on a `mesh` (`make_mesh`, one process) each batch is split over its devices and the parameters replicated."""
@@ -198,21 +219,12 @@ class Scorer:
 
     def length(self, n: int) -> int:
         "The padded length of a row of `n` inputs: a power of two from 16, at most the context."
-        return min(self.seq_len, max(16, 1 << (n - 1).bit_length()))
+        return _row_length(n, self.seq_len)
 
     def __call__(self, pairs: list[tuple[list[int], list[int]]], progress: bool = False, desc: str = 'scoring') -> list[tuple[float, bool]]:
         """`(sum of the continuation's log-probabilities, whether every continuation token is the argmax)` of each
-        `(context ids, continuation ids)`. A row longer than the context keeps its last `seq_len + 1` tokens; a
-        continuation longer than the context is scored in windows from its end, each predicting new tokens only."""
-        rows = []
-        for i, (ctx, cont) in enumerate(pairs):
-            if not ctx or not cont: raise RunError(f"item {i} has an empty context or continuation (the context holds at least <|endoftext|>)")
-            full, b = list(ctx) + list(cont), len(ctx) + len(cont)
-            while b > len(ctx):  # targets full[a:b], read from the row full[b - seq_len - 1:b]
-                a = max(len(ctx), b - self.seq_len)
-                rows.append((i, full[max(0, b - self.seq_len - 1):b], b - a))
-                b = a
-        rows.sort(key=lambda r: -len(r[1]))
+        `(context ids, continuation ids)`, run as the rows of `scoring_rows`."""
+        rows = sorted(scoring_rows(pairs, self.seq_len), key=lambda r: -len(r[1]))
         lp, greedy = np.zeros(len(pairs)), np.ones(len(pairs), bool)
         bar = tqdm(total=len(rows), desc=desc, disable=not progress, leave=False)
         start = 0
@@ -401,3 +413,17 @@ def harness_tasks(folder: str | Path, names=('lambada', 'hellaswag', 'zorro'), f
             f'test_split: test\ndoc_to_text: "{{{{context}}}}"\ntarget_delimiter: ""\n' + scored)
         out.append(f'sgatlin_{n}')
     return out
+
+# %% ../nbs/08a_tasks.ipynb #ta000056
+def scoring_shape(tokenizer, items: list[dict], seq_len: int) -> dict:
+    "The rows that scoring `items` takes with a model of context `seq_len`: `{padded length: rows}`, and their real tokens."
+    pairs = [encode_pair(tokenizer, it['context'], c) for it in items for c in it['choices']]
+    rows = scoring_rows(pairs, seq_len)
+    lengths = Counter(_row_length(len(toks) - 1, seq_len) for _, toks, _ in rows)
+    return {'items': len(items), 'rows': {T: lengths[T] for T in sorted(lengths)}, 'tokens': sum(len(t) - 1 for _, t, _ in rows)}
+
+def scoring_flops(rows: dict,  # `{padded length: rows}`, as `scoring_shape` gives it (keys may be strings, as JSON keeps them)
+                  model: ModelConfig) -> float:
+    "Forward FLOPs of running `rows` through `model` at their padded lengths, every matmul counted (`model_flops`, 'full')."
+    return float(sum(n * int(T) * model_flops(model.d_model, model.n_layers, int(T), model.vocab_size, model.ffw, 'full')
+                     for T, n in rows.items()))

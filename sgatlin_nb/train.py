@@ -283,7 +283,7 @@ def activation_bytes(cfg: TrainConfig, n_devices: int) -> int:
     N, D, c = rows * m.seq_len, m.d_model, jnp.dtype(m.dtype).itemsize
     probs = rows * m.n_heads * m.seq_len ** 2 * 4                   # float32 attention probabilities
     block = N * 8 * D * c + N * ffw_cost(m.ffw).activations * 4 + probs  # one block's intermediates
-    kept = m.n_layers * N * D * c + 2 * block if m.remat else (m.n_layers + 1) * block
+    kept = m.n_layers * N * D * 4 + 2 * block if m.remat else (m.n_layers + 1) * block  # remat: each block's float32 input
     logits = 2 * N * m.vocab_size * 4                               # float32 logits and their gradient
     return kept + logits
 

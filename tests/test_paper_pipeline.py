@@ -35,6 +35,7 @@ LINES = {  # page: its paper line with the miniature switch
     "06_train": page_line("06_train.ipynb") + " -p miniature=True",
     "07_scaling": paper_line(miniature=True),
     "08_ablations": page_line("08_ablations.ipynb") + " -p miniature=True",
+    "08a_tasks": page_line("08a_tasks.ipynb") + " -p miniature=True",
     "13_intervention": page_line("13_intervention.ipynb") + " -p miniature=True",
     "14_usage": page_line("14_usage.ipynb") + " -p miniature=True",
     "92_gpu": SUBMIT_LINE + " -p miniature=True",
@@ -183,6 +184,26 @@ def test_08_ablation_table(miniature_runs):
     for r in bad["runs"]:
         if r["router"] == "product_key_value": r["config"]["model"]["ffw"]["router"] = "product_dense"  # the ablation did not apply
     broken(check_08, table, bad)
+
+
+def check_08a(got: dict, want: dict):
+    "The job's scores: the page's sample tasks, 20 items each, every item's nats and correctness as `score_tasks` gives them here."
+    assert list(got["tasks"]) == ["lambada", "hellaswag", "zorro"], list(got["tasks"])
+    for n, r in got["tasks"].items():
+        w = want["tasks"][n]
+        assert r["items"] == w["items"] == 20 and r["acc"] == w["acc"], (n, r["items"], r["acc"], w["acc"])
+        assert r["per_item"]["correct"] == w["per_item"]["correct"], n
+        assert max(abs(a - b) for a, b in zip(r["per_item"]["nats"], w["per_item"]["nats"])) <= 1e-5, n
+
+
+def test_08a_task_scores(miniature_runs):
+    from sgatlin_nb.reference import REFERENCE_DIR
+    from sgatlin_nb.tasks import score_tasks
+    got = json.loads((miniature_runs["08a_tasks"] / "0" / "tasks.json").read_text())
+    want = score_tasks(REFERENCE_DIR, ["lambada", "hellaswag", "zorro"], limit=20, progress=False)
+    check_08a(got, want)
+    bad = copy.deepcopy(got); bad["tasks"]["zorro"]["per_item"]["nats"][3] += 1e-3
+    broken(check_08a, bad, want)
 
 
 def check_13(pairs: pd.DataFrame, per_pair: pd.DataFrame, nie: pd.DataFrame, drawn: list[dict]):

