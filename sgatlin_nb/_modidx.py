@@ -745,6 +745,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.scaling.run_point': ('scaling.html#run_point', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.run_sweep': ('scaling.html#run_sweep', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.same_protocol': ('scaling.html#same_protocol', 'sgatlin_nb/scaling.py'),
+                                    'sgatlin_nb.scaling.seed_crossovers': ('scaling.html#seed_crossovers', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.sparsity_chart': ('scaling.html#sparsity_chart', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.stale_runs': ('scaling.html#stale_runs', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.sweep_flops': ('scaling.html#sweep_flops', 'sgatlin_nb/scaling.py')},

@@ -9,10 +9,12 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'same_protocol', 'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer',
            'run_point', 'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame',
            'best_points', 'isoflop_chart', 'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance',
-           'frontier', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'frontier_chart', 'sweep_flops']
+           'frontier', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'seed_crossovers', 'frontier_chart',
+           'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -501,6 +503,22 @@ def bootstrap_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin',
             lb.append(sb[s] if s is not None else list(sb.values())[rng.integers(len(sb))])
         ga, gb = fit_frontier(pick, la), fit_frontier(pick, lb)
         rows.append({f'slope_{a}': ga[1], f'slope_{b}': gb[1], 'crossover': fits_cross(ga, gb)})
+    return pd.DataFrame(rows)
+
+def seed_crossovers(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0) -> pd.DataFrame:
+    """The frontiers of `a` and `b` refitted on every paired choice of seed, the budgets fixed: at each budget, one of
+    the seeds both ran, the same for both (a pair shares its data order); where they share none, each one's mean over
+    its seeds. One row per choice: the seeds picked, both slopes and the crossover budget."""
+    fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget') for v in (a, b))
+    budgets = sorted(set(fa.index) & set(fb.index))
+    if len(budgets) < 3: raise ValueError(f'{a} and {b} share {len(budgets)} budgets from {min_budget:g}: a fit needs 3')
+    shared = [sorted(set(fa.loc[c, 'seed_loss']) & set(fb.loc[c, 'seed_loss'])) or [None] for c in budgets]
+    rows = []
+    for picked in itertools.product(*shared):
+        seed = dict(zip(budgets, picked))
+        la, lb = ([f.loc[c, 'loss'] if seed[c] is None else f.loc[c, 'seed_loss'][seed[c]] for c in budgets] for f in (fa, fb))
+        ga, gb = fit_frontier(budgets, la), fit_frontier(budgets, lb)
+        rows.append({'seeds': seed, f'slope_{a}': ga[1], f'slope_{b}': gb[1], 'crossover': fits_cross(ga, gb)})
     return pd.DataFrame(rows)
 
 def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerChart:
