@@ -171,24 +171,22 @@ def routed_choices(ffw) -> int:
     return {'sgatlin': ffw.d_ffw, 'peer': ffw.d_ffw, 'moe': ffw.n_experts}.get(ffw.kind, 0)
 
 def usage_counts(indices, real_BxT, n_choices: int):
-    "How often each neuron (expert) is chosen per layer, at real targets: `[L, n_choices]` float32 from gate indices `[L, B, T, ...]`."
-    L = indices.shape[0]
-    idx = indices.reshape(L, real_BxT.size, -1)                # every head/channel's choices of a token, pooled
-    w = jnp.broadcast_to(real_BxT.reshape(1, -1, 1), idx.shape).astype(jnp.int32)  # integer atomics on a GPU: exact, no retry loop
-    return jax.vmap(lambda i, w: jnp.zeros(n_choices, jnp.int32).at[i.reshape(-1)].add(w.reshape(-1)))(idx, w).astype(jnp.float32)
-
-def sequence_usage(indices, real_BxT, n_choices: int):
-    """Per layer, over the rows (sequences) with at least one real target: the sum of each row's fraction of neurons
-    (experts) chosen and of its usage entropy over log(n), and the number of such rows, `[L, 3]` float32 from gate indices
-    `[L, B, T, ...]`. Over the rows, the first two are the authors' per-sequence figures (`ExpertsUsage`)."""
+    """How often each neuron (expert) is chosen in each row (sequence) and layer, at real targets: `[L, B, n_choices]`
+    int32 from gate indices `[L, B, T, ...]`; every head/channel's choices of a token are pooled."""
     L, (B, T) = indices.shape[0], real_BxT.shape
     idx = indices.reshape(L, B, T, -1)
-    w = jnp.broadcast_to(real_BxT.reshape(1, B, T, 1), idx.shape).astype(jnp.int32)
+    w = jnp.broadcast_to(real_BxT.reshape(1, B, T, 1), idx.shape).astype(jnp.int32)  # integer atomics on a GPU: exact, no retry loop
     count = lambda i, w: jnp.zeros(n_choices, jnp.int32).at[i.reshape(-1)].add(w.reshape(-1))
-    counts = jax.vmap(jax.vmap(count))(idx, w).astype(jnp.float32)       # [L, B, n]: each row's own counts
+    return jax.vmap(jax.vmap(count))(idx, w)
+
+def sequence_usage(counts_LxBxN):
+    """Per layer, from the rows' `usage_counts`, over the rows (sequences) with at least one real target: the sum of each
+    row's fraction of neurons (experts) chosen and of its usage entropy over log(n), and the number of such rows,
+    `[L, 3]` float32. Over the rows, the first two are the authors' per-sequence figures (`ExpertsUsage`)."""
+    counts = counts_LxBxN.astype(jnp.float32)
     total = counts.sum(-1)
     p = counts / jnp.maximum(total, 1.0)[..., None]
-    entropy = -jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0).sum(-1) / math.log(n_choices)
+    entropy = -jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0).sum(-1) / math.log(counts.shape[-1])
     row = (total > 0).astype(jnp.float32)                                 # a row of padding only is no sequence
     return jnp.stack([((counts > 0).mean(-1) * row).sum(-1), (entropy * row).sum(-1), row.sum(-1)], -1)
 
@@ -213,8 +211,8 @@ def usage_stats(counts,
 def make_eval_step(graphdef, mesh: Mesh | None = None,
                    shardings=None):  # the parameters' shardings on `mesh` (default: replicated)
     """Jitted `(params, batch) -> (sum of token losses, token count, usage counts [L, n], per-sequence usage [L, 3])`: the
-    counts of `usage_counts` and the sums of `sequence_usage` (`[L, 0]` and zeros for a dense feedforward layer); with a
-    `mesh`, each device scores its own rows."""
+    rows' `usage_counts` summed over the rows, and `sequence_usage` of the same counts (`[L, 0]` and zeros for a dense
+    feedforward layer); with a `mesh`, each device scores its own rows."""
     def local(params, batch):
         model = nnx.merge(graphdef, params)
         n = routed_choices(model.cfg.ffw)
@@ -223,8 +221,8 @@ def make_eval_step(graphdef, mesh: Mesh | None = None,
             L = model.cfg.n_layers
             return losses.sum(), real.sum().astype(jnp.float32), jnp.zeros((L, 0), jnp.float32), jnp.zeros((L, 3), jnp.float32)
         losses, real, gates = masked_token_losses(model, batch, gates=True)
-        return (losses.sum(), real.sum().astype(jnp.float32), usage_counts(gates.indices, real, n),
-                sequence_usage(gates.indices, real, n))
+        counts = usage_counts(gates.indices, real, n)                # one scatter-add for both figures
+        return losses.sum(), real.sum().astype(jnp.float32), counts.sum(1).astype(jnp.float32), sequence_usage(counts)
     if mesh is None or mesh.size == 1:
         return jax.jit(local)
     def sharded(params, batch):
