@@ -20,8 +20,9 @@ each figure as it comes, and the JSON is rewritten after each; a figure that nee
    1,000 times) against as many uniform ids, as `table.at[ids].add` (atomic adds on a GPU) and as the package's sorted
    segment sum (`take_rows`' gradient); on an affected jaxlib the atomic adds again in a child process without the fix.
 3. The whole train step on one device at the s6 rung with fewer blocks (`--step-layers`), on real tokens: sgatlin and
-   its SwiGLU twin first, then the MoE and PEER: tokens/s, MFU from the package's FLOP accounting, the device's
-   `peak_bytes_in_use` beside the package's estimate and XLA's plan, and the attention the compiled step runs.
+   its SwiGLU twin first, then sgatlin with its blocks scanned (`use_scan`), the MoE and PEER: tokens/s, MFU from the package's FLOP accounting, the device's
+   `peak_bytes_in_use` so far (the process's peak over the models run until then: the first model's alone; gpu_followup.py
+   runs each in a process of its own) beside the package's estimate and XLA's plan, and the attention the compiled step runs.
 4. Each sparse kernel alone at s6's per-device sizes (32,768 tokens, C·k = 128 selections, bfloat16 tables): the two
    gathers and the table gradient of 01a_kernels, and the gate's backward pass; microseconds, GB/s and FLOP/byte against
    the HBM roofline, and the GPU kernels against the CPU kernels on the same device, outputs compared.
@@ -32,7 +33,8 @@ each figure as it comes, and the JSON is rewritten after each; a figure that nee
 6. Attention at the s6 shapes (16 x 2,048 tokens, 12 heads of 64) in bfloat16, forward+backward: cuDNN's fused
    kernel against XLA's, timed side by side, and their largest difference.
 7. Determinism: the gradient of sgatlin's loss evaluated twice from the same state, compared bit for bit, with the names
-   of the parameters whose gradients differ.
+   of the parameters whose gradients differ; where they differ on a GPU, again with XLA's attention (on the H200, cuDNN's
+   attention backward was the one source of difference: benchmarks/results/gpu_followup_nvidia_h200.json).
 """
 import argparse
 import json
@@ -218,6 +220,7 @@ def bench_kernels(res: dict, save, mini: bool, reps: int, deadline: float):
         outs = {k: f(*arrays) for k, f in fns.items()}
         best = time_interleaved(fns, dict.fromkeys(fns, arrays), reps, deadline)
         row = {'max_abs_difference': float(jnp.abs(outs['GPU kernels'].astype(jnp.float32) - outs['CPU kernels'].astype(jnp.float32)).max()),
+               'largest_output': float(jnp.abs(outs['CPU kernels'].astype(jnp.float32)).max()), 'output_dtype': str(outs['CPU kernels'].dtype),
                'bytes': nbytes, 'flops_per_byte': flops / nbytes}
         for k, t in best.items():
             row[k] = {'us': t * 1e6, 'gb_per_s': nbytes / t / 1e9}
@@ -225,7 +228,7 @@ def bench_kernels(res: dict, save, mini: bool, reps: int, deadline: float):
         out[name] = row
         print(f"kernel {name:15s} GPU kernels {row['GPU kernels']['us']:10,.0f} us ({row['GPU kernels']['gb_per_s']:.1f} GB/s)  "
               f"CPU kernels {row['CPU kernels']['us']:10,.0f} us  {row['flops_per_byte']:.2f} FLOP/byte  "
-              f"largest difference {row['max_abs_difference']:.1e}", flush=True)
+              f"largest difference {row['max_abs_difference']:.1e} (largest output {row['largest_output']:.3g}, {row['output_dtype']})", flush=True)
     # the gate's backward pass: dense score matmuls on the GPU path, the selected sub-keys on the CPU path
     layer = SparselyGatedLinear(sg.d_model, sg.d_ffw, sg.n_channels, sg.k, sg.d_key, rngs=nnx.Rngs(0))
     gdef, params = nnx.split(layer, nnx.Param)
@@ -239,6 +242,7 @@ def bench_kernels(res: dict, save, mini: bool, reps: int, deadline: float):
     best = time_interleaved(fns, dict.fromkeys(fns, (params, v)), reps, deadline)
     out['gate backward'] = {'max_abs_difference': max(float(jnp.abs(x - y).max()) for x, y in
                                                       zip(jax.tree.leaves(grads['GPU kernels']), jax.tree.leaves(grads['CPU kernels']))),
+                            'largest_output': max(float(jnp.abs(x).max()) for x in jax.tree.leaves(grads['CPU kernels'])),
                             **{k: {'us': t * 1e6} for k, t in best.items()}}
     print(f"kernel gate backward   GPU path {best['GPU kernels'] * 1e6:10,.0f} us  CPU path {best['CPU kernels'] * 1e6:10,.0f} us  "
           f"largest difference {out['gate backward']['max_abs_difference']:.1e}", flush=True)
@@ -311,15 +315,17 @@ def bench_steps(res: dict, save, mini: bool, layers: int, steps: int, deadline: 
     import jax
     from sgatlin_nb.gpu import equal_flops_swiglu, paper_presets
     from sgatlin_nb.distributed import make_mesh
+    from sgatlin_nb.model import use_scan
     presets = dict(paper_presets(scales=(6,)))
     base = {'sgatlin': presets['sgatlin-s6'], 'swiglu twin': equal_flops_swiglu(presets['sgatlin-s6']),
-            'moe': presets['moe-s6'], 'peer': presets['peer-s6']}
+            'sgatlin, scanned': presets['sgatlin-s6'], 'moe': presets['moe-s6'], 'peer': presets['peer-s6']}
     mesh = make_mesh(jax.local_devices()[:1])
     for name, cfg in base.items():
         if time.perf_counter() > deadline:
             res['skipped'].append(f'step {name}: out of time'); save(); continue
         try:
-            step_row(res, name, cfg, mini, layers, steps, deadline, mesh)
+            with use_scan(name.endswith('scanned')):  # the blocks as one scan (04_transformer): the same values
+                step_row(res, name, cfg, mini, layers, steps, deadline, mesh)
         except Exception as e:
             res['errors'].append(f'step {name}: {type(e).__name__}: {str(e)[:500]}')
             print(f'step {name}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
@@ -366,8 +372,8 @@ def step_row(res: dict, name: str, cfg, mini: bool, layers: int, steps: int, dea
     row['peak_bytes_so_far'] = stats.get('peak_bytes_in_use', 'not on a GPU')
     res['step'][name] = row
     gb = lambda b: f'{b / 1e9:.2f} GB' if isinstance(b, (int, float)) else b
-    print(f"step {name:12s} {rate:12,.0f} tokens/s  MFU " + (f"{row['mfu']:.1%}" if isinstance(row['mfu'], float) else row['mfu'])
-          + f"  peak memory {gb(row['peak_bytes_so_far'])} (estimate {gb(row['estimate_bytes'])}, XLA plan {gb(row['xla_plan_bytes'])})"
+    print(f"step {name:16s} {rate:12,.0f} tokens/s  MFU " + (f"{row['mfu']:.1%}" if isinstance(row['mfu'], float) else row['mfu'])
+          + f"  process peak so far {gb(row['peak_bytes_so_far'])} (estimate {gb(row['estimate_bytes'])}, XLA plan {gb(row['xla_plan_bytes'])})"
           + f"  attention {row['attention']}  ({done} steps, compile {t_compile:.0f} s)", flush=True)
 
 
@@ -410,13 +416,21 @@ def bench_determinism(res: dict, save, mini: bool):
     cfg = miniature_config(cfg) if mini else make_config(cfg, {'model.n_layers': 2, 'batch_size': 8})
     graphdef, state, _ = init_state(cfg)
     mesh = make_mesh(jax.local_devices()[:1])
-    grads = jax.jit(data_parallel_grads(graphdef, mesh, param_specs(state_shardings(state['params'], mesh, False))))
+    from sgatlin_nb.model import use_attention
+    def differing(attention):
+        with use_attention(attention):
+            f = jax.jit(data_parallel_grads(graphdef, mesh, param_specs(state_shardings(state['params'], mesh, False))))
+            a, b = (jax.tree_util.tree_flatten_with_path(f(state['params'], batch)[1])[0] for _ in range(2))
+        return len(a), [jax.tree_util.keystr(path) for (path, x), (_, y) in zip(a, b) if np.any(np.asarray(x) != np.asarray(y))]
     batch = jnp.asarray((real_tokens(cfg.batch_size * (cfg.model.seq_len + 1)) % cfg.model.vocab_size).reshape(cfg.batch_size, -1), jnp.int32)
-    a, b = (jax.tree_util.tree_flatten_with_path(grads(state['params'], batch)[1])[0] for _ in range(2))
-    names = [jax.tree_util.keystr(path) for (path, x), (_, y) in zip(a, b) if np.any(np.asarray(x) != np.asarray(y))]
-    res['determinism'] = {'arrays': len(a), 'arrays_differing': len(names), 'differing': names, 'bit_identical': not names}
-    print(f"two gradient evaluations: {len(names)} of {len(a)} arrays differ ("
+    n, names = differing('auto')
+    res['determinism'] = {'arrays': n, 'arrays_differing': len(names), 'differing': names, 'bit_identical': not names}
+    print(f"two gradient evaluations: {len(names)} of {n} arrays differ ("
           + ('bit-identical' if not names else 'NOT bit-identical: ' + ', '.join(names)) + ")", flush=True)
+    if names and res['platform'] == 'gpu':  # cuDNN's attention backward sums in an arbitrary order: again with XLA's attention
+        _, names = differing('xla')
+        res['determinism']['with_xla_attention'] = {'arrays_differing': len(names), 'differing': names, 'bit_identical': not names}
+        print(f"  with XLA's attention: {len(names)} of {n} arrays differ", flush=True)
     save()
 
 

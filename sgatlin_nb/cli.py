@@ -47,6 +47,7 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
           profile: str = None,                # START:STOP: trace those steps with jax.profiler into OUT/profile
           skip_memory_check: bool = False,    # train even if the memory estimate says the run cannot fit
           attention: str = 'auto',            # 'auto' (cuDNN's on a GPU where it runs, else XLA's, said), 'cudnn' or 'xla'
+          scan_layers: bool = False,          # trace the blocks as one scan: the same values, a faster compile of deep models
           quiet: bool = False):               # no progress bar
     "Train a language model with an sgatlin feedforward layer (or a baseline) and checkpoint it into --out."
     distributed = init_distributed()  # one task of several under Slurm: join them before any other JAX call
@@ -58,7 +59,8 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
         except ValueError: window = ()
         if len(window) != 2: raise RunError(f"--profile takes START:STOP, two step numbers such as 10:15; got {profile!r}")
     try: summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb,
-                             check_memory=not skip_memory_check, profile=window, quiet_disk_full=True, attention=attention)
+                             check_memory=not skip_memory_check, profile=window, quiet_disk_full=True, attention=attention,
+                             scan_layers=scan_layers)
     except Exception as e:
         if not distributed: raise
         _exit_task(e)

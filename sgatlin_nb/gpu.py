@@ -23,6 +23,7 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 
 from .baselines import FFWConfig
 from .kernels import use_kernels
+from .model import use_scan
 from .complexity import H100_BF16_FLOPS, TRAIN_FLOPS_PER_FORWARD, ffw_cost, gpu_hours, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
 from .configs import PRESETS, make_config, miniature_config
@@ -56,10 +57,10 @@ def train_step_args(cfg: TrainConfig, mesh: Mesh | AbstractMesh, batch_size: int
 TRITON_CALL = '__gpu$xla.gpu.triton'  # the custom call a Pallas kernel lowers to on CUDA
 
 def export_train_step(cfg: TrainConfig, mesh: Mesh | AbstractMesh | None = None,
-                      platforms=('cuda',)) -> jax.export.Exported:
-    "The training step of `cfg` lowered for `platforms` on `mesh` (default: an abstract 8-device FSDP mesh); for CUDA with the layers' GPU kernels, as a GPU runs them."
+                      platforms=('cuda',), scan: bool = False) -> jax.export.Exported:
+    "The training step of `cfg` lowered for `platforms` on `mesh` (default: an abstract 8-device FSDP mesh); for CUDA with the layers' GPU kernels, as a GPU runs them; with `scan`, its blocks as one scan (`use_scan`)."
     step, args = train_step_args(cfg, mesh if mesh is not None else fsdp_mesh())
-    with use_kernels('gpu' if 'cuda' in platforms else 'cpu'):  # Triton kernels carry no serialization guarantee: allowed
+    with use_kernels('gpu' if 'cuda' in platforms else 'cpu'), use_scan(scan):  # Triton kernels carry no serialization guarantee: allowed
         return jax.export.export(step, platforms=platforms,
                                  disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)])(*args)
 

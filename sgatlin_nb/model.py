@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['GATED_KINDS', 'ATTENTIONS', 'SITES', 'ModelConfig', 'RMSNorm', 'rope', 'attention_backend', 'use_attention',
-           'causal_attention', 'attention_in', 'Attention', 'patch_site', 'Block', 'Patch', 'KVCache', 'Transformer',
-           'count_params', 'config_params', 'generate_uncached', 'generate']
+           'causal_attention', 'attention_in', 'Attention', 'patch_site', 'Block', 'Patch', 'KVCache', 'use_scan',
+           'Transformer', 'count_params', 'config_params', 'generate_uncached', 'generate']
 
 # %% ../nbs/04_transformer.ipynb #b54a5148
 import contextlib
@@ -228,6 +228,16 @@ class KVCache(NamedTuple):
     keys: tuple         # one [B, S, H, E] array per layer, in the compute dtype
     values: tuple       # the same
 
+_SCAN: contextvars.ContextVar = contextvars.ContextVar('sgatlin_scan_blocks', default=False)
+
+@contextlib.contextmanager
+def use_scan(on: bool = True):
+    "Trace the blocks inside this block as one `jax.lax.scan` over their stacked parameters (`on`), or as a Python loop: the same values, and a model whose traced program does not grow with depth."
+    if not isinstance(on, bool): raise ValueError(f"use_scan takes True or False, got {on!r}")
+    token = _SCAN.set(on)
+    try: yield
+    finally: _SCAN.reset(token)
+
 class Transformer(nnx.Module):
     "Decoder-only language model: tied embeddings, pre-norm blocks, final RMSNorm, float32 logits."
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -301,10 +311,17 @@ class Transformer(nnx.Module):
             def run_block(block, *args):
                 graphdef, state = nnx.split(block)
                 return jax.checkpoint(lambda state, *args: plain(nnx.merge(graphdef, state), *args))(state, *args)
-        got = []
-        for block, p in zip(self.blocks, layer_patches):
-            x_BxTxD, g = run_block(block, x_BxTxD, p)
-            got.append(g)
+        if _SCAN.get():  # one traced block: its parameters and this call's patches stacked over layers, the stream carried
+            graphdef, _ = nnx.split(self.blocks[0])
+            stack = lambda *a: jnp.stack(a)
+            xs = (jax.tree.map(stack, *(nnx.split(b)[1] for b in self.blocks)), jax.tree.map(stack, *layer_patches))
+            x_BxTxD, stacked = jax.lax.scan(lambda x, s: run_block(nnx.merge(graphdef, s[0]), x, s[1]), x_BxTxD, xs)
+            got = [jax.tree.map(lambda a: a[l], stacked) for l in range(cfg.n_layers)]
+        else:
+            got = []
+            for block, p in zip(self.blocks, layer_patches):
+                x_BxTxD, g = run_block(block, x_BxTxD, p)
+                got.append(g)
         h_BxTxD = self.final_norm(x_BxTxD.astype(jnp.float32))
         logits_BxTxV = jnp.einsum('btd,vd->btv', h_BxTxD, self.embed[...])
         if return_gates:

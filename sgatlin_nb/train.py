@@ -41,7 +41,7 @@ from .configs import PRESETS, miniature_config
 from .kernels import kernel_kind
 from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, param_sharding, param_specs,
                                     peak_flops, shard_batch, Watchdog)
-from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention
+from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention, use_scan
 from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
                              checkpoint_manager, checkpoint_steps, lock_run, restore_checkpoint, set_aside,
                              write_checksums)
@@ -374,7 +374,8 @@ def sample_text(graphdef, params, tokenizer, prompt: str = 'Once upon a time', n
 def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False, progress: bool = True,
           mesh: Mesh | None = None, wandb_project: str | None = None, stop_at: int | None = None,
           check_memory: bool = True, profile: tuple[int, int] | None = None, quiet_disk_full: bool = False,
-          attention: str = 'auto') -> dict:  # 'auto', 'cudnn' or 'xla' (`use_attention`); the one that ran is recorded
+          attention: str = 'auto',  # 'auto', 'cudnn' or 'xla' (`use_attention`); the one that ran is recorded
+          scan_layers: bool = False) -> dict:  # trace the blocks as one scan (`use_scan`): the same values, a faster compile
     """Train `cfg` on corpus `data` into run directory `out` (until step `stop_at`, if given); returns a summary of the run.
     `quiet_disk_full` is for a process that exits on `DiskFull`: stderr then stays silenced (see `DiskFull.stderr_fd`)."""
     out = Path(out)
@@ -401,7 +402,7 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     created = not out.exists()
     lock = lock_run(out) if first else None
     try:
-        with use_attention(attention):
+        with use_attention(attention), use_scan(scan_layers):
             return _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at, profile, check_memory, quiet_disk_full)
     except BaseException as e:
         if first and created and (isinstance(e, DoesNotFit) or not (out / 'run.json').exists()):

@@ -468,3 +468,16 @@ def test_readme_eval_and_sample_run_as_shown(workdir, data_dir, tmp_path):
     for argv in cheap:
         res = run_sgatlin(argv, "", cwd=tmp_path, extra_env={"HF_HUB_OFFLINE": "1"})
         assert res.returncode == 0, (argv, res.stderr[-2000:])
+
+
+def test_train_scan_layers_matches_the_loop(tmp_path):
+    "`sgatlin train --scan-layers` (the blocks as one scan) trains the same steps as the loop of blocks, to the last bit."
+    from sgatlin_nb.configs import make_config
+    from sgatlin_nb.train import train
+    cfg = make_config('test-tiny', {'steps': 2})
+    losses = {}
+    for scan in (False, True):
+        train(cfg, 'tinystories', tmp_path / f'scan{scan}', progress=False, scan_layers=scan)
+        lines = (tmp_path / f'scan{scan}' / 'metrics.jsonl').read_text().splitlines()
+        losses[scan] = [json.loads(line)['loss'] for line in lines if '"loss"' in line]
+    assert len(losses[False]) == 2 and losses[True] == losses[False], losses

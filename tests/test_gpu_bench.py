@@ -23,7 +23,8 @@ def test_gpu_bench_mini(tmp_path):
         for r in rows.values():  # each layer's time over its SwiGLU twin's, as printed
             assert abs(r["vs_swiglu"] * rows["swiglu twin"]["us_per_token"] - r["us_per_token"]) < 1e-6 * r["us_per_token"], r
             assert r["us_per_token"] > 0 and abs(r["tokens_per_s"] * r["us_per_token"] - 1e6) < 1e-3 * 1e6
-    assert sorted(res["step"]) == ["moe", "peer", "sgatlin", "swiglu twin"]
+    assert sorted(res["step"]) == ["moe", "peer", "sgatlin", "sgatlin, scanned", "swiglu twin"]
+    assert res["step"]["sgatlin, scanned"]["loss"] == res["step"]["sgatlin"]["loss"]  # the same first steps, scanned or not
     assert all(r["tokens_per_s"] > 0 and r["steps"] >= 2 for r in res["step"].values())
     assert res["determinism"]["bit_identical"] and res["determinism"]["arrays"] > 10 and res["determinism"]["differing"] == []
     assert list(res["attention"]) == ["xla"] and res["attention"]["xla"]["tokens_per_s"] > 0  # cuDNN only on a GPU
@@ -38,7 +39,7 @@ def test_gpu_bench_mini(tmp_path):
         assert r["attention"] == "xla" and r["mfu"] == r["peak_bytes_so_far"] == "not on a GPU" and r["estimate_bytes"] > 0
     assert sorted(res["kernels"]) == ["gate backward", "gather_combine", "gather_dot", "table gradient"]
     for name, r in res["kernels"].items():
-        assert r["GPU kernels"]["us"] > 0 and r["CPU kernels"]["us"] > 0 and r["max_abs_difference"] < 0.1, (name, r)
+        assert r["GPU kernels"]["us"] > 0 and r["CPU kernels"]["us"] > 0 and r["max_abs_difference"] <= 2 ** -7 * r["largest_output"], (name, r)  # a bfloat16 rounding at most
     # in the order that lets a short time box keep the most important figures
     lines = ["versions jax", "scatter-add [", "step sgatlin", "step swiglu twin", "kernel gather_dot", "layer s6 sgatlin",
              "attention xla", "two gradient evaluations"]
