@@ -7,7 +7,8 @@ __all__ = ['EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'R
            'config_differences', 'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager', 'checkpoint_steps',
            'write_checksums', 'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog',
            'read_metrics', 'code_identity', 'load_run', 'read_params', 'exported', 'export_run', 'export_config',
-           'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'chart_html', 'offline_charts']
+           'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'use_bundle_file', 'chart_html',
+           'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import dataclasses
@@ -472,19 +473,33 @@ def save_chart(chart, path: str | Path, *, inline: bool = True, scale_factor: fl
 
 # %% ../nbs/06a_runs.ipynb #f11e5a06
 _first_chart = None  # the JSON of the first chart this kernel drew: its outputs carry the vega-embed bundle
+_bundle_src: str | None = None  # `use_bundle_file`: the first chart loads the bundle from this page-relative URL instead
+
+def _bundle_js() -> str:
+    "vl-convert's vega-embed bundle as a script that defines `window.vegaEmbed` once, its other names kept in a function scope."
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+    bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    return f'if (!window.vegaEmbed) {{ (() => {{\n{bundle}\n}})(); }}'
+
+def use_bundle_file(folder: str | Path = '.', name: str = 'vega-bundle.js') -> Path:
+    "Write the vega-embed bundle to `folder/name` (once) and make each page's first chart load it from there: a site carries one copy, not one per page."
+    global _bundle_src
+    path = Path(folder) / name
+    if not path.exists():
+        with into_place(path) as tmp: tmp.write_text(_bundle_js())
+    _bundle_src = name
+    return path
 
 def chart_html(spec: dict, **_metadata) -> dict:
     "The mimebundle of a chart drawn without a network: a `<div>` that vega-embed draws `spec` into (an Altair renderer)."
     global _first_chart
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
     spec_js = json.dumps(spec, cls=ScriptSafeJSON)
     _first_chart = _first_chart or spec_js
     lib = ''
     if spec_js == _first_chart:  # every rendering of the first chart: a frontend may format a result twice and keep the last
-        bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
-        # its top-level names stay in the arrow function's scope; it defines window.vegaEmbed
-        lib = f'<script type="text/javascript">if (!window.vegaEmbed) {{ (() => {{\n{bundle}\n}})(); }}</script>\n'
+        lib = (f'<script type="text/javascript" src="{_bundle_src}"></script>\n' if _bundle_src else
+               f'<script type="text/javascript">{_bundle_js()}</script>\n')
     div = f'altair-{uuid.uuid4().hex}'
     html = f"""{lib}<div class="altair-offline" id="{div}"></div>
 <script type="text/javascript">

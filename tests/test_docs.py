@@ -41,6 +41,7 @@ import base64
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -275,6 +276,10 @@ def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = SHOTS / f"{Path(name).stem}.html"
     page.write_text(render_page(page_nb, title), encoding="utf-8")
+    if n_charts:  # the chart library, one file for the whole site (scripts/docs_ipython writes it where the pages ran)
+        shutil.copy(executed_nbs / "vega-bundle.js", SHOTS / "vega-bundle.js")
+    weight = sum(len(_text(o)) for c in page_nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert weight < 2e6, f"{name}: its outputs weigh {weight / 1e6:.1f} MB; a page must stay under 2 MB (thin its charts)"
 
     browser.get(page.as_uri())
     rep = browser.execute_script(PAGE_REPORT_JS)
