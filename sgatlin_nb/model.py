@@ -232,7 +232,7 @@ _SCAN: contextvars.ContextVar = contextvars.ContextVar('sgatlin_scan_blocks', de
 
 @contextlib.contextmanager
 def use_scan(on: bool = True):
-    "Trace the blocks inside this block as one `jax.lax.scan` over their stacked parameters (`on`), or as a Python loop: the same values, and a model whose traced program does not grow with depth."
+    "Trace the blocks inside this block as one `jax.lax.scan` over their stacked parameters (`on`), or as a Python loop: the same values, and a traced program that grows with depth only by the stacking of parameters."
     if not isinstance(on, bool): raise ValueError(f"use_scan takes True or False, got {on!r}")
     token = _SCAN.set(on)
     try: yield
