@@ -275,7 +275,9 @@ def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     n_charts = sum(_text(o).count('class="altair-offline"') for c in page_nb.cells if c.cell_type == "code" for o in c.outputs)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page = SHOTS / f"{Path(name).stem}.html"
-    page.write_text(render_page(page_nb, title), encoding="utf-8")
+    html = render_page(page_nb, title)
+    page.write_text(html, encoding="utf-8")
+    check_source_links(name, html, executed_nbs)
     if n_charts:  # the chart library, one file for the whole site (scripts/docs_ipython writes it where the pages ran)
         shutil.copy(executed_nbs / "vega-bundle.js", SHOTS / "vega-bundle.js")
     weight = sum(len(_text(o)) for c in page_nb.cells if c.cell_type == "code" for o in c.outputs)
@@ -309,6 +311,23 @@ def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     problems = shown_problems(page_nb, browser.execute_script(SHOWN_JS), build_folders(executed_nbs))
     assert not problems, (f"{name}: the page shows what no page should (tag the cell expect-repr/-path/-warning/-nan "
                           f"only where it is meant):\n" + "\n".join(p[2] for p in problems))
+
+
+def check_source_links(name: str, html: str, executed_nbs: Path):
+    """Every API entry's `[source]` link opens the site's page of its module (written where the pages ran, and copied
+    beside the screenshots' pages) at the line that defines the entry: the line holds the entry's name."""
+    for href, heading in re.findall(r'<a\b[^>]*href="([^"]*)"[^>]*>\s*source\s*</a>.*?<h\d\b[^>]*>(.*?)<', html, re.S):
+        own = re.fullmatch(r"source/(\w+)\.html(?:#L-(\d+))?", href)
+        assert own, f"{name}: a [source] link that does not open the site's own source page: {href}"
+        target = executed_nbs / "source" / f"{own[1]}.html"
+        assert target.is_file(), f"{name}: {href} names no page of the site ({target} is missing)"
+        (SHOTS / "source").mkdir(exist_ok=True)
+        shutil.copy(target, SHOTS / "source" / target.name)
+        if own[2]:
+            assert f'id="L-{own[2]}"' in target.read_text(), f"{name}: {href}: no such line on the page"
+            line = (ROOT / "sgatlin_nb" / f"{own[1]}.py").read_text().splitlines()[int(own[2]) - 1]
+            entry = re.sub(r"<[^>]+>", "", heading).strip().split(".")[-1]
+            assert entry in line, f"{name}: {href} opens line {own[2]}, {line.strip()!r}, not the entry {entry!r}"
 
 
 # What each code cell's outputs show in the browser (document order, one entry per code cell): the output area's
@@ -404,6 +423,20 @@ def shown_problems(page_nb, shown: list[dict], folders: list[str]) -> list[tuple
                 more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
                 found.append((i, kind, f"{where}: {kind}: {_snippet(*hits[0])!r}{more}"))
     return found
+
+
+def test_source_links_are_checked(tmp_path):
+    "check_source_links passes a link to the right line of a module's page and fails a dead link, a missing page or a wrong line."
+    import inspect
+    from sgatlin_nb.data import into_place
+    from sgatlin_nb.docs import write_source_pages
+    write_source_pages(tmp_path / "source")
+    line = inspect.getsourcelines(into_place)[1] + 1  # below the decorator
+    page = lambda href: f'<p><a href="{href}" target="_blank">source</a></p>\n<h3 id="into_place">into_place</h3>'
+    check_source_links("ok", page(f"source/data.html#L-{line}"), tmp_path)
+    for bad in (f"/blob/main/sgatlin_nb/data.py#L{line}", f"source/nowhere.html#L-{line}", f"source/data.html#L-{line + 3}"):
+        with pytest.raises(AssertionError):
+            check_source_links("bad", page(bad), tmp_path)
 
 
 def test_shown_problems_are_caught(browser, tmp_path):

@@ -25,3 +25,10 @@ fastcore.docments.signature = _signature
 # Class signatures, NamedTuple fields, `__main__.` and private module paths in annotations: the package's own
 # show_doc renderer mends those (sgatlin_nb.docs.SiteRenderer, named in pyproject.toml; nbs/93_docs.ipynb), so
 # they read the same in JupyterLab as on the site.
+
+# Every entry's `[source]` link opens the site's own page of its module (the project names no public repository):
+# the pages are written once into source/ of the folder the notebooks run in (nbs/ of the executed copy), beside
+# vega-bundle.js; nbdev's processing copies them with the notebooks and _quarto.yml names the folder a resource.
+from sgatlin_nb.docs import write_source_pages as _write_source_pages
+
+_write_source_pages()
