@@ -79,6 +79,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'sgatlin_nb.cli._not_into_a_run': ('cli.html#_not_into_a_run', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._renamed': ('cli.html#_renamed', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._submit_parser': ('cli.html#_submit_parser', 'sgatlin_nb/cli.py'),
+                                'sgatlin_nb.cli.bad_location': ('cli.html#bad_location', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli.bad_number': ('cli.html#bad_number', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli.command_parser': ('cli.html#command_parser', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli.config': ('cli.html#config', 'sgatlin_nb/cli.py'),

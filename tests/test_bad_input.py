@@ -337,6 +337,16 @@ def test_every_numeric_option_of_every_command_gets_one_line(capsys):
     assert checked >= 25, checked
 
 
+def test_object_storage_urls_are_one_line(tmp_path, data_dir, run20):
+    "A URL where a folder or file goes (`--out s3://...`) is refused before anything is written: no local `s3:` folder."
+    _fails(run_in_process(["train", "--config", "test-tiny", "--out", "s3://bucket/run", "--steps", "2"], data_dir, cwd=tmp_path),
+           "--out s3://bucket/run is a URL", "mount the bucket")
+    _fails(run_in_process(["eval", "--run", "gs://bucket/run"], data_dir, cwd=tmp_path), "--run gs://bucket/run is a URL")
+    _fails(run_in_process(["record", "--run", str(run20), "--data", "https://example.org/stories.txt", "--out", "db"],
+                          data_dir, cwd=tmp_path), "--data https://example.org/stories.txt is a URL")
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
 def test_empty_prompt_and_bad_profile_window(tmp_path, data_dir, run20):
     _fails(run_in_process(["sample", "--run", str(run20), "--prompt", ""], data_dir), "--prompt is empty")
     _fails(run_in_process(["sample", "--run", str(run20), "--prompt", "Once", "--n-tokens", "0"], data_dir),
