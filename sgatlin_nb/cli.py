@@ -48,6 +48,7 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
           skip_memory_check: bool = False,    # train even if the memory estimate says the run cannot fit
           attention: str = 'auto',            # 'auto' (cuDNN's on a GPU where it runs, else XLA's, said), 'cudnn' or 'xla'
           scan_layers: bool = False,          # trace the blocks as one scan: the same values, a faster compile of deep models
+          mirror: str = None,                 # also keep the run in object storage (gs://bucket/run): copied at each checkpoint, fetched by --resume
           quiet: bool = False):               # no progress bar
     "Train a language model with an sgatlin feedforward layer (or a baseline) and checkpoint it into --out."
     distributed = init_distributed()  # one task of several under Slurm: join them before any other JAX call
@@ -60,7 +61,7 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
         if len(window) != 2: raise RunError(f"--profile takes START:STOP, two step numbers such as 10:15; got {profile!r}")
     try: summary = train_run(cfg, data, out, resume=resume, progress=not quiet, wandb_project=wandb,
                              check_memory=not skip_memory_check, profile=window, quiet_disk_full=True, attention=attention,
-                             scan_layers=scan_layers)
+                             scan_layers=scan_layers, mirror=mirror)
     except Exception as e:
         if not distributed: raise
         _exit_task(e)
@@ -531,8 +532,8 @@ def bad_location(args: dict) -> str | None:
     for k in PATH_OPTIONS:
         v = args.get(k)
         if isinstance(v, str) and '://' in v:
-            return (f"--{k.replace('_', '-')} {v} is a URL; sgatlin reads and writes local folders only (object storage "
-                    f"is not supported: mount the bucket, e.g. with s3fs or gcsfuse, and give the mounted folder)")
+            return (f"--{k.replace('_', '-')} {v} is a URL; sgatlin reads and writes local folders (mount a bucket, e.g. with "
+                    f"gcsfuse, and give the mounted folder; sgatlin train --mirror {v} keeps a copy of a run there)")
     return None
 
 def main(argv: list[str] | None = None) -> int:

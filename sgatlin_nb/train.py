@@ -43,8 +43,8 @@ from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, p
                                     peak_flops, shard_batch, Watchdog)
 from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention, use_scan
 from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
-                             checkpoint_manager, checkpoint_steps, lock_run, restore_checkpoint, set_aside,
-                             write_checksums)
+                             checkpoint_manager, checkpoint_steps, lock_run, mirror_fs, mirror_steps, one_line, pull_run,
+                             push_run, restore_checkpoint, set_aside, write_checksums)
 
 # %% ../nbs/06_train.ipynb #9dc12c7d
 def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fraction: float = 0.2) -> Callable:
@@ -375,7 +375,8 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
           mesh: Mesh | None = None, wandb_project: str | None = None, stop_at: int | None = None,
           check_memory: bool = True, profile: tuple[int, int] | None = None, quiet_disk_full: bool = False,
           attention: str = 'auto',  # 'auto', 'cudnn' or 'xla' (`use_attention`); the one that ran is recorded
-          scan_layers: bool = False) -> dict:  # trace the blocks as one scan (`use_scan`): the same values, a faster compile
+          scan_layers: bool = False,  # trace the blocks as one scan (`use_scan`): the same values, a faster compile
+          mirror: str | None = None) -> dict:  # also keep the run at this fsspec URL (gs://bucket/run; 06a's `push_run`, `pull_run`)
     """Train `cfg` on corpus `data` into run directory `out` (until step `stop_at`, if given); returns a summary of the run.
     `quiet_disk_full` is for a process that exits on `DiskFull`: stderr then stays silenced (see `DiskFull.stderr_fd`)."""
     out = Path(out)
@@ -390,6 +391,7 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     if attention == 'cudnn' and jax.default_backend() != 'gpu':
         raise RunError(f"--attention cudnn needs a CUDA GPU (cuDNN's fused attention); this backend is "
                        f"{jax.default_backend()}: use --attention auto or xla")
+    if mirror is not None: mirror_fs(mirror)  # a location it cannot use is one line, before any file is written
     if wandb_project and importlib.util.find_spec('wandb') is None:  # before any file is written
         raise RunError("--wandb needs the wandb package: pip install -e '.[wandb]' (or pip install wandb), then run again")
     mesh = mesh or make_mesh()
@@ -403,7 +405,8 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     lock = lock_run(out) if first else None
     try:
         with use_attention(attention), use_scan(scan_layers):
-            return _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at, profile, check_memory, quiet_disk_full)
+            return _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at, profile, check_memory, quiet_disk_full,
+                          mirror)
     except BaseException as e:
         if first and created and (isinstance(e, DoesNotFit) or not (out / 'run.json').exists()):
             shutil.rmtree(out, ignore_errors=True)  # never started: no trace
@@ -474,12 +477,19 @@ def _resume_state(out: Path, cfg: TrainConfig, state, shardings) -> tuple[Any, i
     return state, 0, notes
 
 def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, profile=None, check_memory=True,
-           quiet_disk_full=False) -> dict:
+           quiet_disk_full=False, mirror=None) -> dict:
     n_proc, first = jax.process_count(), jax.process_index() == 0
     def data_files(progress, reuse_tokenizer):  # 05's data preparation; what it refuses stops the run
         try: return prepare_data(cfg, data, out, progress, reuse_tokenizer=reuse_tokenizer)
         except DataError as e: raise RunError(str(e)) from e
     def prepare():
+        fetched = []
+        if mirror:  # a new node's folder may be empty: the mirror's newest checkpoint comes first
+            held = mirror_steps(mirror)
+            if held and not resume:
+                raise RunError(f"the mirror {mirror} already holds a run (checkpoint {held[-1]}): pass --resume to continue "
+                               f"it or choose another --mirror")
+            if resume and (step := pull_run(mirror, out)) is not None: fetched = [f"checkpoint {step} fetched from the mirror {mirror}"]
         resuming = check_run_dir(out, cfg, data, resume)
         tokenizer, train_tf, valid_tf = data_files(progress, reuse_tokenizer=resuming)
         if tokenizer.get_vocab_size() != cfg.model.vocab_size:
@@ -488,7 +498,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
         if not resuming:
             (out / 'run.json').write_text(json.dumps({'config': cfg.to_dict(), 'data': data,
                                                       'tokenizer': tokenizer_hash(tokenizer), 'code': code_identity()}, indent=1))
-        return resuming, tokenizer, train_tf, valid_tf, _set_aside_damaged(out) if resuming else []
+        return resuming, tokenizer, train_tf, valid_tf, fetched + (_set_aside_damaged(out) if resuming else [])
     prepared = on_process_0(prepare, f'prepare the run directory {out}')
     # the other processes open what process 0 prepared (a new run has no checkpoint, so `resume` is enough for them)
     resuming, tokenizer, train_tf, valid_tf, notes = prepared if first else (resume, *data_files(False, True), [])
@@ -584,6 +594,11 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
                            + "; free some space, then run the same command with --resume to continue")
             err.stderr_fd = real_stderr[0]
             raise err from None
+        if first and mirror:
+            try: push_run(out, mirror, done)
+            except Exception as e:  # the checkpoint itself is safe: training goes on, and the next save copies its own step
+                print(f"checkpoint {done} is saved in {out} but was not copied to the mirror {mirror} ({type(e).__name__}: "
+                      f"{one_line(e)}); the next checkpoint tries again", file=sys.stderr)
         paused[0] += time.perf_counter() - t
     tracing = False
     dog = Watchdog(out)  # ends this process if no step, evaluation or checkpoint finishes for too long (06c)

@@ -340,10 +340,15 @@ def test_every_numeric_option_of_every_command_gets_one_line(capsys):
 def test_object_storage_urls_are_one_line(tmp_path, data_dir, run20):
     "A URL where a folder or file goes (`--out s3://...`) is refused before anything is written: no local `s3:` folder."
     _fails(run_in_process(["train", "--config", "test-tiny", "--out", "s3://bucket/run", "--steps", "2"], data_dir, cwd=tmp_path),
-           "--out s3://bucket/run is a URL", "mount the bucket")
+           "--out s3://bucket/run is a URL", "mount a bucket", "--mirror s3://bucket/run")
     _fails(run_in_process(["eval", "--run", "gs://bucket/run"], data_dir, cwd=tmp_path), "--run gs://bucket/run is a URL")
     _fails(run_in_process(["record", "--run", str(run20), "--data", "https://example.org/stories.txt", "--out", "db"],
                           data_dir, cwd=tmp_path), "--data https://example.org/stories.txt is a URL")
+    # --mirror takes a URL, of a filesystem fsspec knows and can reach with what is installed
+    _fails(run_in_process(["train", "--config", "test-tiny", "--out", "r", "--mirror", "bucket/run"], data_dir, cwd=tmp_path),
+           "--mirror takes a URL such as gs://bucket/run")
+    _fails(run_in_process(["train", "--config", "test-tiny", "--out", "r", "--mirror", "nosuch://bucket/run"], data_dir, cwd=tmp_path),
+           "--mirror nosuch://bucket/run: Protocol not known")
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 
 

@@ -4,7 +4,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,9 +40,9 @@ def _saved(out: Path) -> list[int]:
     return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.is_dir() else []
 
 
-def _start(out: Path, data_dir: Path) -> subprocess.Popen:
-    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu"}
-    return subprocess.Popen(sgatlin_cmd() + COMMON + ["--out", str(out)], env=env,
+def _start(out: Path, data_dir: Path, *extra: str, extra_env=None) -> subprocess.Popen:
+    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu", **(extra_env or {})}
+    return subprocess.Popen(sgatlin_cmd() + COMMON + ["--out", str(out), *extra], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -187,3 +189,64 @@ def test_cached_run_knows_when_an_epochs_run_is_finished(tmp_path, epochs_run, m
     shutil.rmtree(out / "checkpoints" / str(2 * EPOCH_STEPS))
     assert T.cached_run("test-epochs", data, root=tmp_path, progress=False) == out
     assert [o for o, kw in trained] == [out] and trained[0][1]["resume"], trained  # resumed
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """A Google Cloud Storage server on loopback (gcp-storage-emulator, in memory, bucket `runs`), and the environment
+    under which gcsfs talks to it. gcsfs's probe of bucket types (a gRPC call the emulator does not serve, 60 s per try)
+    is switched off; it reads the variable when first imported, so this process is checked through a subprocess."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("gcs") / "emulator.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1",
+                             "--port", str(port), "--in-memory", "--default-bucket", "runs"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0: break
+        assert proc.poll() is None and time.time() < deadline, log.read_text()[-2000:]
+        time.sleep(0.2)
+    yield {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def _mirror_steps(url: str, env: dict) -> list[int]:
+    "`mirror_steps(url)` asked in a fresh process with `env`."
+    out = subprocess.run([sys.executable, "-c", f"from sgatlin_nb.runs import mirror_steps; print(mirror_steps({url!r}))"],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_mirrored_run_killed_then_resumed_on_an_empty_node(tmp_path, data_dir, reference, gcs):
+    """Train with `--mirror gs://...` on a real GCS server, SIGKILL the run, lose its folder (the node is gone), and
+    resume into an empty folder: the mirror's newest checkpoint comes back and the losses equal the uninterrupted run's."""
+    url = "gs://runs/killed"
+    node1 = tmp_path / "node1" / "run"
+    proc = _start(node1, data_dir, "--mirror", url, extra_env=gcs)
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline and not (_last_step(node1) > 35 and len(_saved(node1)) >= 3):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read()[-2000:]
+    held = _mirror_steps(url, gcs)
+    assert held and held[-1] >= 30 and held[-1] % 10 == 0, held  # complete checkpoints only, up to the newest pushed
+    shutil.rmtree(node1.parent)
+
+    node2 = tmp_path / "node2" / "run"
+    res = run_sgatlin(COMMON + ["--out", str(node2), "--resume", "--mirror", url], data_dir, extra_env=gcs)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"checkpoint {held[-1]} fetched from the mirror {url}" in res.stderr, res.stderr[-2000:]
+    assert json.loads(res.stdout[: res.stdout.index("\nsample:")])["start_step"] == held[-1]
+    _matches_reference(node2, reference)
+    assert _mirror_steps(url, gcs) == _saved(node2)  # the mirror keeps what the run keeps, the last step included
+
+    # a new run (no --resume) into a mirror that holds one is refused in one line, before any file is written
+    res = run_sgatlin(COMMON + ["--out", str(tmp_path / "new"), "--mirror", url], data_dir, extra_env=gcs)
+    assert res.returncode == 2 and "already holds a run" in res.stderr and "--resume" in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "new").exists()
