@@ -6,6 +6,7 @@ downloads its wheel (no dependencies) into build/wheels/, and this test loads th
 """
 import importlib.util
 import json
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -18,11 +19,15 @@ WHEELS = ROOT / "build" / "wheels"
 
 
 def circuit_tracer_models():
-    "circuit-tracer's `graph_models` module, loaded from its wheel in build/wheels/ (scripts/test.sh puts it there)."
+    """circuit-tracer's `graph_models` module, loaded from its wheel in build/wheels/ (scripts/test.sh puts it there;
+    run alone, this file downloads it the same way)."""
     wheels = sorted(WHEELS.glob("circuit_tracer-*.whl"))
     if not wheels:
-        pytest.fail(f"no circuit-tracer wheel in {WHEELS}: run `pip download --no-deps circuit-tracer==0.5.0 -d {WHEELS}` "
-                    "(scripts/test.sh does)")
+        res = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "circuit-tracer==0.5.0",
+                              "-d", str(WHEELS)], capture_output=True, text=True, timeout=300)
+        wheels = sorted(WHEELS.glob("circuit_tracer-*.whl"))
+        if not wheels:
+            pytest.fail(f"no circuit-tracer wheel in {WHEELS}, and pip could not download it: {res.stderr[-1000:]}")
     target = WHEELS / "graph_models.py"
     with zipfile.ZipFile(wheels[-1]) as z:
         target.write_bytes(z.read("circuit_tracer/frontend/graph_models.py"))
