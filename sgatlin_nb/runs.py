@@ -24,6 +24,7 @@ import signal
 import socket
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import fsspec
 import jax
@@ -350,12 +351,14 @@ def mirror_steps(url: str) -> list[int]:
     except FileNotFoundError: return []
     return sorted(int(s) for s in (n.rstrip('/').rsplit('/', 1)[-1].removesuffix('.json') for n in names) if s.isdigit())
 
-def push_run(run: str | Path, url: str, step: int):
+def push_run(run: str | Path, url: str, step: int,
+             beat: Callable[[], None] | None = None):  # called after each file is copied (training's watchdog: progress)
     "Copy checkpoint `step` of `run` and its small files to the mirror at `url`, the step's checksums last; drop steps `run` no longer keeps."
     fs, root, run = *mirror_fs(url), Path(run)
     def put(local: Path, remote: str):
         fs.makedirs(remote.rsplit('/', 1)[0], exist_ok=True)
         fs.put_file(str(local), remote)
+        if beat: beat()
     for name in MIRRORED:
         if (run / name).exists(): put(run / name, f'{root}/{name}')
     folder = run / 'checkpoints' / str(step)

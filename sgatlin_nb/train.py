@@ -595,7 +595,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
             err.stderr_fd = real_stderr[0]
             raise err from None
         if first and mirror:
-            try: push_run(out, mirror, done)
+            try: push_run(out, mirror, done, beat=lambda: dog.beat(done, 'copying a checkpoint to the mirror'))
             except Exception as e:  # the checkpoint itself is safe: training goes on, and the next save copies its own step
                 print(f"checkpoint {done} is saved in {out} but was not copied to the mirror {mirror} ({type(e).__name__}: "
                       f"{one_line(e)}); the next checkpoint tries again", file=sys.stderr)
