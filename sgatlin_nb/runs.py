@@ -362,6 +362,9 @@ def push_run(run: str | Path, url: str, step: int,
     for name in MIRRORED:
         if (run / name).exists(): put(run / name, f'{root}/{name}')
     folder = run / 'checkpoints' / str(step)
+    with contextlib.suppress(FileNotFoundError):  # what an earlier upload of this step left (one cut short, say) goes first
+        fs.rm_file(f'{root}/checksums/{step}.json')
+    with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{step}', recursive=True)
     for p in sorted(folder.rglob('*')):
         if p.is_file(): put(p, f'{root}/checkpoints/{step}/{p.relative_to(folder).as_posix()}')
     put(run / 'checksums' / f'{step}.json', f'{root}/checksums/{step}.json')  # last: the step is complete

@@ -191,25 +191,44 @@ def test_cached_run_knows_when_an_epochs_run_is_finished(tmp_path, epochs_run, m
     assert [o for o, kw in trained] == [out] and trained[0][1]["resume"], trained  # resumed
 
 
+def _serve(argv: list[str], log: Path) -> tuple[subprocess.Popen, int]:
+    "Start the server `argv` + its port on loopback, wait until it accepts connections: the process and the port."
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(argv + [str(port)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0: return proc, port
+        assert proc.poll() is None and time.time() < deadline, log.read_text()[-2000:]
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
     """A Google Cloud Storage server on loopback (gcp-storage-emulator, in memory, bucket `runs`), and the environment
     under which gcsfs talks to it. gcsfs's probe of bucket types (a gRPC call the emulator does not serve, 60 s per try)
     is switched off; it reads the variable when first imported, so this process is checked through a subprocess."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = tmp_path_factory.mktemp("gcs") / "emulator.log"
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "gcp-storage-emulator"), "start", "--host", "127.0.0.1",
-                             "--port", str(port), "--in-memory", "--default-bucket", "runs"],
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 60
-    while True:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0: break
-        assert proc.poll() is None and time.time() < deadline, log.read_text()[-2000:]
-        time.sleep(0.2)
+    bin_dir = Path(sys.executable).parent
+    proc, port = _serve([str(bin_dir / "gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--in-memory",
+                         "--default-bucket", "runs", "--port"], tmp_path_factory.mktemp("gcs") / "emulator.log")
     yield {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def s3(tmp_path, monkeypatch):
+    "An S3 server on loopback (moto's), this process's environment pointing s3fs at it, and a bucket `runs`."
+    proc, port = _serve([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p"], tmp_path / "moto.log")
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                 "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
+        monkeypatch.setenv(k, v)
+    import fsspec
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.mkdir("runs")
+    yield fs
     proc.terminate()
     proc.wait(timeout=30)
 
@@ -250,3 +269,25 @@ def test_mirrored_run_killed_then_resumed_on_an_empty_node(tmp_path, data_dir, r
     res = run_sgatlin(COMMON + ["--out", str(tmp_path / "new"), "--mirror", url], data_dir, extra_env=gcs)
     assert res.returncode == 2 and "already holds a run" in res.stderr and "--resume" in res.stderr, res.stderr[-2000:]
     assert not (tmp_path / "new").exists()
+
+
+def test_mirror_on_s3_holds_a_run_that_resumes(tmp_path, data_dir, reference, s3, monkeypatch):
+    """The same mirror on an S3 server (s3fs, moto's server): the reference run's checkpoints up to step 140 go up, a
+    step cut short (no checksums) is not taken, step 140 comes down into an empty folder intact, and the run resumed
+    from it ends with the reference's losses."""
+    from sgatlin_nb.runs import checkpoint_damage, mirror_steps, pull_run, push_run
+    url, upto = "s3://runs/reference", [s for s in _saved(reference) if s <= 140]
+    for step in upto: push_run(reference, url, step)
+    assert mirror_steps(url) == upto
+    s3.pipe_file("runs/reference/checkpoints/150/default/part", b"cut short")
+    assert mirror_steps(url) == upto
+    out = tmp_path / "node2" / "run"
+    assert pull_run(url, out) == 140 and checkpoint_damage(out, 140) is None
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    cfg = dataclasses.replace(T.PRESETS["test-tiny"], steps=STEPS)  # what `sgatlin train --steps 160` trains
+    summary = T.train(cfg, "tinystories", out, resume=True, progress=False, mirror=url)
+    assert summary["start_step"] == 140, summary
+    _matches_reference(out, reference)
+    assert mirror_steps(url)[-1] == STEPS
+    s3.invalidate_cache()
+    assert not s3.exists("runs/reference/checkpoints/150/default/part")  # the cut-short upload was replaced, not mixed in
