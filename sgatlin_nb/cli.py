@@ -533,7 +533,8 @@ def bad_location(args: dict) -> str | None:
         v = args.get(k)
         if isinstance(v, str) and '://' in v:
             return (f"--{k.replace('_', '-')} {v} is a URL; sgatlin reads and writes local folders (mount a bucket, e.g. with "
-                    f"gcsfuse, and give the mounted folder; sgatlin train --mirror {v} keeps a copy of a run there)")
+                    f"gcsfuse, and give the mounted folder" + (f"; sgatlin train --mirror {v} keeps a copy of a run there)"
+                                                               if k == 'out' and 'mirror' in args else ")"))  # train's --out
     return None
 
 def main(argv: list[str] | None = None) -> int:

@@ -341,6 +341,8 @@ def mirror_fs(url: str):
     if '://' not in str(url): raise RunError(f"--mirror takes a URL such as gs://bucket/run or s3://bucket/run; got {url!r}")
     try: fs, root = fsspec.core.url_to_fs(str(url))
     except (ImportError, ValueError) as e: raise RunError(f"--mirror {url}: {one_line(e)}") from None
+    if set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) & {'http', 'https'}:
+        raise RunError(f"--mirror {url}: fsspec reads http(s) URLs but cannot write them: give a bucket (gs://, s3://)")
     return fs, root.rstrip('/')
 
 def mirror_steps(url: str) -> list[int]:
