@@ -688,6 +688,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs._param_name': ('runs.html#_param_name', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._what_is': ('runs.html#_what_is', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.chart_html': ('runs.html#chart_html', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs.check_mirror': ('runs.html#check_mirror', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.check_run_dir': ('runs.html#check_run_dir', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.checkpoint_damage': ('runs.html#checkpoint_damage', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.checkpoint_manager': ('runs.html#checkpoint_manager', 'sgatlin_nb/runs.py'),

@@ -7,8 +7,8 @@ __all__ = ['MIRRORED', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'Trai
            'config_differences', 'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager', 'checkpoint_steps',
            'write_checksums', 'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog',
            'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_fs', 'mirror_steps', 'push_run',
-           'pull_run', 'exported', 'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing',
-           'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
+           'check_mirror', 'pull_run', 'exported', 'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON',
+           'refuse_existing', 'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -375,6 +375,26 @@ def push_run(run: str | Path, url: str, step: int,
         if s not in kept:
             fs.rm_file(f'{root}/checksums/{s}.json')  # first: the step stops counting before its files go
             with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{s}', recursive=True)
+
+def check_mirror(url: str, cfg: TrainConfig, data: str, resume: bool):
+    """`RunError` in one line, before anything is written, if the mirror at `url` cannot serve this training run: it
+    holds a run and `resume` is off, or it holds a run of other settings (the comparison `check_run_dir` makes)."""
+    held = mirror_steps(url)
+    if held and not resume:
+        raise RunError(f"the mirror {url} already holds a run (checkpoint {held[-1]}): pass --resume to continue it "
+                       f"or choose another --mirror")
+    fs, root = mirror_fs(url)
+    if not held or not fs.exists(f'{root}/run.json'): return
+    try:
+        old = json.loads(fs.cat_file(f'{root}/run.json'))
+        was = TrainConfig.from_dict(old['config']).to_dict()
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise RunError(f"the mirror {url} holds no readable run.json ({one_line(e)}): choose another --mirror") from None
+    diff = config_differences({'config': was, 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
+    if diff:
+        raise RunError(f"the mirror {url} holds a different run, so it cannot be resumed with these settings (differs in: "
+                       f"{'; '.join(d.removeprefix('config.') for d in diff)}): resume it with its own settings or choose "
+                       f"another --mirror")
 
 def pull_run(url: str, run: str | Path) -> int | None:
     """Copy the newest complete checkpoint of the mirror at `url`, with the run's small files, into `run`, unless `run`

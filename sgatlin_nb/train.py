@@ -43,7 +43,7 @@ from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, p
                                     peak_flops, shard_batch, Watchdog)
 from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention, use_scan
 from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
-                             checkpoint_manager, checkpoint_steps, lock_run, mirror_fs, mirror_steps, one_line, pull_run,
+                             checkpoint_manager, checkpoint_steps, check_mirror, lock_run, mirror_fs, one_line, pull_run,
                              push_run, restore_checkpoint, set_aside, write_checksums)
 
 # %% ../nbs/06_train.ipynb #9dc12c7d
@@ -485,10 +485,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
     def prepare():
         fetched = []
         if mirror:  # a new node's folder may be empty: the mirror's newest checkpoint comes first
-            held = mirror_steps(mirror)
-            if held and not resume:
-                raise RunError(f"the mirror {mirror} already holds a run (checkpoint {held[-1]}): pass --resume to continue "
-                               f"it or choose another --mirror")
+            check_mirror(mirror, cfg, data, resume)
             if resume and (step := pull_run(mirror, out)) is not None: fetched = [f"checkpoint {step} fetched from the mirror {mirror}"]
         resuming = check_run_dir(out, cfg, data, resume)
         tokenizer, train_tf, valid_tf = data_files(progress, reuse_tokenizer=resuming)

@@ -269,6 +269,11 @@ def test_mirrored_run_killed_then_resumed_on_an_empty_node(tmp_path, data_dir, r
     res = run_sgatlin(COMMON + ["--out", str(tmp_path / "new"), "--mirror", url], data_dir, extra_env=gcs)
     assert res.returncode == 2 and "already holds a run" in res.stderr and "--resume" in res.stderr, res.stderr[-2000:]
     assert not (tmp_path / "new").exists()
+    # ... and so is a resume with other settings than the mirror's run: nothing is fetched
+    res = run_sgatlin(["train", "--config", "test-tiny", "--steps", "170", "--quiet", "--out", str(tmp_path / "other"),
+                       "--resume", "--mirror", url], data_dir, extra_env=gcs)
+    assert res.returncode == 2 and f"the mirror {url} holds a different run" in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "other").exists()
 
 
 def test_mirror_on_s3_holds_a_run_that_resumes(tmp_path, data_dir, reference, s3, monkeypatch):
