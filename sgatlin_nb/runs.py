@@ -408,15 +408,18 @@ def pull_run(url: str, run: str | Path) -> int | None:
             raise RunError(f"{run} holds another run than the mirror {url}: choose another --out or --mirror")
     step = steps[-1]
     (run / 'checksums').mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(run / 'checkpoints' / str(step), ignore_errors=True)
+    partial = run / 'checkpoints' / f'.{step}.pulling'  # not a step until complete: a pull cut short leaves no checkpoint
+    shutil.rmtree(partial, ignore_errors=True)
     for name in MIRRORED:
         if fs.exists(f'{root}/{name}'): fs.get_file(f'{root}/{name}', str(run / name))
     prefix = f'{root}/checkpoints/{step}/'
     for remote in fs.find(prefix):
-        local = run / 'checkpoints' / str(step) / remote[len(prefix):]
+        local = partial / remote[len(prefix):]
         local.parent.mkdir(parents=True, exist_ok=True)
         fs.get_file(remote, str(local))
     fs.get_file(f'{root}/checksums/{step}.json', str(run / 'checksums' / f'{step}.json'))
+    shutil.rmtree(run / 'checkpoints' / str(step), ignore_errors=True)
+    partial.rename(run / 'checkpoints' / str(step))
     return step
 
 
