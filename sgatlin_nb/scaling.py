@@ -5,18 +5,19 @@
 # %% auto #0
 __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDER', 'PAPER_RECIPE', 'CPU_RECIPE',
            'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
-           'NOISE_SETTINGS', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol',
+           'NOISE_SETTINGS', 'rung', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol',
            'same_protocol', 'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer',
            'run_point', 'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame',
            'best_points', 'isoflop_chart', 'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance',
-           'frontier', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'seed_crossovers', 'frontier_chart',
-           'sweep_flops']
+           'frontier', 'interpolate_optimum', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'seed_crossovers',
+           'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
 import itertools
 import json
 import math
+import numbers
 import os
 import platform
 import re
@@ -46,6 +47,12 @@ from .runs import RunError, TrainConfig, code_identity, read_metrics
 # %% ../nbs/07_scaling.ipynb #20297b91
 LADDER_KINDS = ('mlp', 'swiglu', 'moe', 'peer', 'sgatlin')
 
+def rung(scale: int | float) -> int | float:
+    "`scale` checked as a rung of a ladder: a positive integer, or a positive half-integer (a half-rung); `2.0` gives `2`."
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0 or (2 * scale) % 1:
+        raise ValueError(f"scale must be a positive integer (a rung) or half-integer (a half-rung), got {scale!r}")
+    return int(scale) if scale == int(scale) else float(scale)
+
 @dataclasses.dataclass(frozen=True)
 class Ladder:
     "A scaling ladder: depth and every variant's width as functions of an integer `scale` (appendix B.2)."
@@ -62,17 +69,23 @@ class Ladder:
     moe_softmax_over: str = 'top_k'             # MoE expert weights; the authors' code: 'all'
     moe_router_bias: bool = True                # MoE router bias; the authors' code has none
 
-    def shape(self, scale: int, kind: str) -> tuple[int, int, int]:
-        "`(d_model, n_layers, d_ffw)` at `scale` for the feedforward `kind`, as in the paper's listing."
-        check_positive(scale=scale)
+    def shape(self, scale: int | float, kind: str) -> tuple[int, int, int]:
+        """`(d_model, n_layers, d_ffw)` at `scale` for the feedforward `kind`, as in the paper's listing. A half-integer
+        `scale` is a *half-rung* between two rungs (below rung 1 at 0.5): the same formulas, the layers rounded up."""
+        scale = rung(scale)
         if kind not in LADDER_KINDS: raise ValueError(f"kind must be one of {list(LADDER_KINDS)}, got {kind!r}")
-        d_model = self.width * scale
-        if kind in ('mlp', 'swiglu'): d_ffw = int(8 / 3 * d_model / self.dense_multiple) * self.dense_multiple
+        if (d_model := self.width * scale) != int(d_model):
+            raise ValueError(f"scale={scale} gives d_model = {self.width}·{scale}, not a whole number")
+        d_model = int(d_model)
+        if kind in ('mlp', 'swiglu'):  # at least one multiple: 8/3·d_model rounds down to 0 below rung 1
+            d_ffw = max(1, int(8 / 3 * d_model / self.dense_multiple)) * self.dense_multiple
         elif kind == 'moe': d_ffw = d_model
         else:
             a, b = self.peer_root if kind == 'peer' else self.sgatlin_root
-            d_ffw = (a + b * scale) ** 2
-        return d_model, self.depth * scale, d_ffw
+            if (root := a + b * scale) != int(root):
+                raise ValueError(f"{kind} at scale={scale} would have ({a} + {b}·{scale})² = {root ** 2:g} neurons, not a square")
+            d_ffw = int(root) ** 2
+        return d_model, math.ceil(self.depth * scale), d_ffw
 
     def ffw(self, scale: int, kind: str, **options) -> FFWConfig:
         "The feedforward layer at `scale`; `options` are sgatlin's ablation switches (`activation`, `router`)."
@@ -85,9 +98,10 @@ class Ladder:
     def model(self, scale: int, kind: str, *, vocab_size: int, seq_len: int, dtype: str = 'float32',
               remat: bool = False, qk_norm: bool = False, **options) -> ModelConfig:
         "The whole transformer at `scale` with `kind` feedforward layers."
-        d_model, n_layers, _ = self.shape(scale, kind)
+        d_model, n_layers, _ = self.shape(scale, kind)  # a half-rung whose width head_dim does not divide: smaller heads
+        head_dim = self.head_dim if d_model % self.head_dim == 0 else math.gcd(d_model, self.head_dim)
         return ModelConfig(vocab_size, d_model, n_layers, seq_len, self.ffw(scale, kind, **options),
-                           head_dim=self.head_dim, qk_norm=qk_norm, dtype=dtype, remat=remat)
+                           head_dim=head_dim, qk_norm=qk_norm, dtype=dtype, remat=remat)
 
 PAPER_LADDER = Ladder(swiglu_variant='gpt_oss', moe_softmax_over='all', moe_router_bias=False)  # the authors' baselines
 GPT2_VOCAB, PAPER_SEQ = 50257, 2048   # the paper's vocabulary (GPT-2 tokenizer) and context
@@ -136,11 +150,13 @@ class Point:
     corpus: str                    # training data (`train`'s `data`)
     budget: float                  # training FLOPs, in the protocol's accounting
     variant: str                   # feedforward kind
-    scale: int                     # rung of the ladder
+    scale: int | float             # rung of the ladder (a half-integer: a half-rung)
     lr: float | None = None        # peak learning rate (None: the recipe's)
     activation: str | None = None  # sgatlin ablation: an activation on the neurons
     router: str = 'product_dense'  # sgatlin ablation: 'product_key_value' is PEER's router
     seed: int = 0                  # parameters and data order (a repeat of a point with another seed)
+
+    def __post_init__(self): object.__setattr__(self, 'scale', rung(self.scale))  # 2.0 (a JSON float) is rung 2: one key
 
     @property
     def key(self) -> str:
@@ -455,21 +471,39 @@ def noise_tolerance(noise: dict, factor: float = 3.0, devices: int | None = None
 # %% ../nbs/07_scaling.ipynb #ext36a1
 def frontier(df: pd.DataFrame, corpus: str = 'tinystories') -> pd.DataFrame:
     """Each variant's isoflop optimum per budget on `corpus`, from `results_frame` rows (of one file or several
-    concatenated): the rung whose seed-0 run is best, whether the ladder brackets it (a smaller and a larger rung ran
-    and did worse), and the held-out loss over every seed that ran at that rung (`loss`, `ppl` = exp(`loss`))."""
+    concatenated): the rung or half-rung whose seed-0 run is best (`scale`), with the held-out loss over every seed
+    that ran there (`loss`, `ppl` = exp(`loss`)); whether the ladder brackets it (`inside`: a smaller and a larger rung
+    ran and did worse); and where its neighbours on both sides lie at most a half-rung away, the optimum interpolated
+    through the three (`interpolate_optimum`: `params_interp`, `ppl_interp`; NaN elsewhere)."""
     d = df[df.recipe & (df.corpus == corpus) & df.eval_ppl.notna()]
     rows = []
     for (variant, budget), g in d.groupby(['variant', 'budget']):
-        first = g[g.seed == 0]
+        first = g[g.seed == 0].sort_values('params')
         if first.empty: continue
         best = first.loc[first.eval_ppl.idxmin()]
         seeds = g[g.scale == best.scale].set_index('seed').eval_loss.sort_index()
-        rows.append(dict(variant=variant, budget=budget, scale=int(best.scale), params=best.params,
+        i = int(np.argmin(first.eval_loss.to_numpy()))
+        inside = 0 < i < len(first) - 1
+        near = inside and first.scale.iloc[i + 1] - first.scale.iloc[i - 1] <= 1   # half-rungs on both sides
+        interp = interpolate_optimum(first.params.iloc[i - 1:i + 2], first.eval_loss.iloc[i - 1:i + 2]) if near else None
+        rows.append(dict(variant=variant, budget=budget, scale=rung(best.scale), params=best.params,
                          params_per_flop=best.params_per_flop, tokens=best.tokens, ppl_seed0=best.eval_ppl,
-                         inside=bool(first.scale.min() < best.scale < first.scale.max()), n_seeds=len(seeds),
-                         loss=seeds.mean(), ppl=math.exp(seeds.mean()), ppl_min=math.exp(seeds.min()),
+                         inside=inside, n_rungs=len(first),
+                         params_interp=interp[0] if interp else math.nan, ppl_interp=math.exp(interp[1]) if interp else math.nan,
+                         n_seeds=len(seeds), loss=seeds.mean(), ppl=math.exp(seeds.mean()), ppl_min=math.exp(seeds.min()),
                          ppl_max=math.exp(seeds.max()), seed_loss=seeds.to_dict()))
     return pd.DataFrame(rows)
+
+def interpolate_optimum(params, loss) -> tuple[float, float] | None:
+    """The parabola in log-parameters through the lowest `loss` and its neighbours on either side (by `params`): its
+    vertex, `(params, loss)`; `None` when the lowest is the smallest or the largest model (the ladder does not bracket it)."""
+    x, y = np.log(np.asarray(params, float)), np.asarray(loss, float)
+    order = np.argsort(x); x, y = x[order], y[order]
+    i = int(np.argmin(y))
+    if i == 0 or i == len(y) - 1: return None
+    c2, c1, c0 = np.polyfit(x[i - 1:i + 2] - x[i], y[i - 1:i + 2], 2)  # centred; convex: the middle point is the lowest
+    xv = -c1 / (2 * c2)
+    return float(math.exp(x[i] + xv)), float(c0 + c1 * xv + c2 * xv ** 2)
 
 def fit_frontier(budgets, loss) -> tuple[float, float]:
     "Least-squares power law of held-out loss (nats per token) in the budget, `loss = exp(a)·budget^b`: returns `(a, b)`."
