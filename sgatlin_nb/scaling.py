@@ -38,7 +38,6 @@ from . import __version__
 from .baselines import FFWConfig
 from .complexity import ACCOUNTINGS, model_flops, tokens_for_budget, training_flops
 from .data import PAIRED, into_place, read_texts, train_tokenizer
-from .layers import check_positive
 from .model import ModelConfig, config_params
 from .configs import config_yaml, make_config
 from .train import train
@@ -55,7 +54,7 @@ def rung(scale: int | float) -> int | float:
 
 @dataclasses.dataclass(frozen=True)
 class Ladder:
-    "A scaling ladder: depth and every variant's width as functions of an integer `scale` (appendix B.2)."
+    "A scaling ladder: depth and every variant's width as functions of an integer `scale` (appendix B.2), or a half-integer (a half-rung)."
     width: int = 128                            # d_model per unit of scale
     depth: int = 2                              # layers per unit of scale
     dense_multiple: int = 256                   # mlp/swiglu width: 8/3·d_model rounded down to a multiple of this
@@ -87,7 +86,7 @@ class Ladder:
             d_ffw = int(root) ** 2
         return d_model, math.ceil(self.depth * scale), d_ffw
 
-    def ffw(self, scale: int, kind: str, **options) -> FFWConfig:
+    def ffw(self, scale: int | float, kind: str, **options) -> FFWConfig:
         "The feedforward layer at `scale`; `options` are sgatlin's ablation switches (`activation`, `router`)."
         d_model, _, d_ffw = self.shape(scale, kind)
         gated = dict(n_channels=self.n_channels, k=self.k, d_key=self.d_key) if kind in ('peer', 'sgatlin') else {}
@@ -95,7 +94,7 @@ class Ladder:
                  {'softmax_over': self.moe_softmax_over, 'router_bias': self.moe_router_bias} if kind == 'moe' else {})
         return FFWConfig(kind, d_model, d_ffw, **gated, **extra, **options)
 
-    def model(self, scale: int, kind: str, *, vocab_size: int, seq_len: int, dtype: str = 'float32',
+    def model(self, scale: int | float, kind: str, *, vocab_size: int, seq_len: int, dtype: str = 'float32',
               remat: bool = False, qk_norm: bool = False, **options) -> ModelConfig:
         "The whole transformer at `scale` with `kind` feedforward layers."
         d_model, n_layers, _ = self.shape(scale, kind)  # a half-rung whose width head_dim does not divide: smaller heads
