@@ -479,9 +479,9 @@ def frontier(df: pd.DataFrame, corpus: str = 'tinystories') -> pd.DataFrame:
     for (variant, budget), g in d.groupby(['variant', 'budget']):
         first = g[g.seed == 0].sort_values('params')
         if first.empty: continue
-        best = first.loc[first.eval_ppl.idxmin()]
+        i = int(np.argmin(first.eval_loss.to_numpy()))   # the best seed-0 run, by position in size order
+        best = first.iloc[i]
         seeds = g[g.scale == best.scale].set_index('seed').eval_loss.sort_index()
-        i = int(np.argmin(first.eval_loss.to_numpy()))
         inside = 0 < i < len(first) - 1
         near = inside and first.scale.iloc[i + 1] - first.scale.iloc[i - 1] <= 1   # half-rungs on both sides
         interp = interpolate_optimum(first.params.iloc[i - 1:i + 2], first.eval_loss.iloc[i - 1:i + 2]) if near else None
