@@ -41,7 +41,7 @@ from .data import PAIRED, into_place, read_texts, train_tokenizer
 from .model import ModelConfig, config_params
 from .configs import config_yaml, make_config
 from .train import train
-from .runs import RunError, TrainConfig, code_identity, read_metrics
+from .runs import Preempted, RunError, TrainConfig, code_identity, read_metrics
 
 # %% ../nbs/07_scaling.ipynb #20297b91
 LADDER_KINDS = ('mlp', 'swiglu', 'moe', 'peer', 'sgatlin')
@@ -302,6 +302,7 @@ def run_point(point: Point, protocol: Protocol, out: str | Path, tokenizer: str 
         record |= {'eval_loss': ev['eval_loss'], 'eval_ppl': ev['eval_ppl'], 'unigram_ppl': s['unigram_ppl'],
                    'loss': last['loss'], 'tokens_per_s': last['tokens_per_s'], 'error': None}
         if 'eval_ppl_batches' in ev: record['eval_ppl_batches'] = ev['eval_ppl_batches']  # the authors' definition (06)
+    except Preempted: raise  # a stop signal (Slurm's preemption, scancel): no record, the run directory kept to resume
     except RunError as e:
         record |= {'eval_loss': None, 'eval_ppl': None, 'error': str(e)}
     return record | {'wall_s': time.perf_counter() - t0} | made
