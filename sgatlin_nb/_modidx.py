@@ -751,6 +751,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.scaling.paper_line': ('scaling.html#paper_line', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.paper_points': ('scaling.html#paper_points', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.paper_protocol': ('scaling.html#paper_protocol', 'sgatlin_nb/scaling.py'),
+                                    'sgatlin_nb.scaling.rank_optima': ('scaling.html#rank_optima', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.read_results': ('scaling.html#read_results', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.record_point': ('scaling.html#record_point', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.rerun_noise': ('scaling.html#rerun_noise', 'sgatlin_nb/scaling.py'),

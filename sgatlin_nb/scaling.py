@@ -10,7 +10,7 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'run_point', 'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame',
            'best_points', 'isoflop_chart', 'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance',
            'frontier', 'interpolate_optimum', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'seed_crossovers',
-           'frontier_chart', 'sweep_flops']
+           'rank_optima', 'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -554,6 +554,18 @@ def seed_crossovers(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, 
         ga, gb = fit_frontier(budgets, la), fit_frontier(budgets, lb)
         rows.append({'seeds': seed, f'slope_{a}': ga[1], f'slope_{b}': gb[1], 'crossover': fits_cross(ga, gb)})
     return pd.DataFrame(rows)
+
+def rank_optima(front: pd.DataFrame, budget: float, min_seeds: int = 3) -> dict | None:
+    """The variants' optima at `budget` (`frontier` rows) ranked by their mean held-out loss over seeds, and the best
+    against the runner-up seed by seed: `{'order', 'ppl', 'pair', 'clear'}`, where `pair` holds the best's perplexity
+    relative to the runner-up's for each seed both ran (negative: the best is lower) and `clear` says whether it is
+    lower at every one; `None` when a variant of `LADDER_KINDS` lacks the budget or has fewer than `min_seeds` seeds."""
+    g = front[front.budget == budget].set_index('variant')
+    if not set(LADDER_KINDS) <= set(g.index) or (g.loc[list(LADDER_KINDS)].n_seeds < min_seeds).any(): return None
+    order = list(g.loc[list(LADDER_KINDS)].loss.sort_values().index)
+    a, b = (g.seed_loss[v] for v in order[:2])
+    pair = {s: math.exp(a[s] - b[s]) - 1 for s in sorted(set(a) & set(b))}
+    return {'order': order, 'ppl': {v: float(g.ppl[v]) for v in order}, 'pair': pair, 'clear': bool(pair) and max(pair.values()) < 0}
 
 def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerChart:
     """The analogue of the paper's figure 1 along the budget: each variant's best perplexity (mean over seeds, bars from
