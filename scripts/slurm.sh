@@ -9,6 +9,8 @@
 # Needs root, or sudo without a password. SLURM_CONF (Slurm's own variable) names the slurm.conf to write and use
 # (default /etc/slurm/slurm.conf). A start that fails prints the daemons' log tails and exits non-zero.
 set -euo pipefail
+# the daemons and runuser live in the system folders, which a user's PATH (or a bare env) may lack
+export PATH="$PATH:/usr/sbin:/sbin"
 
 CONF=${SLURM_CONF:-/etc/slurm/slurm.conf}
 export SLURM_CONF=$CONF

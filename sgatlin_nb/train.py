@@ -581,10 +581,14 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
             if not disk_full(e):
                 sys.stderr.write(held.text)
                 raise
-            for partial in (out / 'checkpoints').glob(f'{done}.orbax-checkpoint-tmp*'):  # give back what it took
-                shutil.rmtree(partial, ignore_errors=True)
             good = [s for s in checkpoint_steps(out) if s != done]
-            shutil.rmtree(out / 'checkpoints' / str(done), ignore_errors=True)  # never a half-written checkpoint
+            gone = 0   # give back what it took, never a half-written checkpoint: orbax's writer threads may still be adding
+            for _ in range(300):  # files (and their folders) to the step's folders, so remove them until they stay gone
+                found = [*(out / 'checkpoints').glob(f'{done}.orbax-checkpoint-tmp*'), *(out / 'checkpoints').glob(str(done))]
+                for partial in found: shutil.rmtree(partial, ignore_errors=True)
+                gone = 0 if found else gone + 1
+                if gone == 3: break
+                time.sleep(0.1)
             logging.getLogger('asyncio').setLevel(logging.CRITICAL)  # its abandoned write tasks would each say so again
             err = DiskFull(f"the disk holding {out} is full: checkpoint step {done} could not be written. "
                            + (f"The last good checkpoint is step {good[-1]}" if good else "No checkpoint was written yet")
