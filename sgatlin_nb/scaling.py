@@ -559,10 +559,14 @@ def rank_optima(front: pd.DataFrame, budget: float, min_seeds: int = 3) -> dict 
     """The variants' optima at `budget` (`frontier` rows) ranked by their mean held-out loss over seeds, and the best
     against the runner-up seed by seed: `{'order', 'ppl', 'pair', 'clear'}`, where `pair` holds the best's perplexity
     relative to the runner-up's for each seed both ran (negative: the best is lower) and `clear` says whether it is
-    lower at every one; `None` when a variant of `LADDER_KINDS` lacks the budget or has fewer than `min_seeds` seeds."""
+    lower at every one. `None` when a variant of `LADDER_KINDS` lacks the budget, has fewer than `min_seeds` seeds, or
+    has an optimum that runs a half-rung away on both sides do not bracket (`ppl_interp` is NaN): a variant whose
+    ladder was finer there would have more sizes to choose from, which favours it."""
     g = front[front.budget == budget].set_index('variant')
-    if not set(LADDER_KINDS) <= set(g.index) or (g.loc[list(LADDER_KINDS)].n_seeds < min_seeds).any(): return None
-    order = list(g.loc[list(LADDER_KINDS)].loss.sort_values().index)
+    if not set(LADDER_KINDS) <= set(g.index): return None
+    g = g.loc[list(LADDER_KINDS)]
+    if (g.n_seeds < min_seeds).any() or g.ppl_interp.isna().any(): return None
+    order = list(g.loss.sort_values().index)
     a, b = (g.seed_loss[v] for v in order[:2])
     pair = {s: math.exp(a[s] - b[s]) - 1 for s in sorted(set(a) & set(b))}
     return {'order': order, 'ppl': {v: float(g.ppl[v]) for v in order}, 'pair': pair, 'clear': bool(pair) and max(pair.values()) < 0}
