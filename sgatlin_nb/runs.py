@@ -6,10 +6,10 @@
 __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'RunError', 'one_line',
            'terminal_safe', 'config_differences', 'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager',
            'checkpoint_steps', 'write_checksums', 'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint',
-           'set_aside', 'MetricsLog', 'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_fs',
-           'mirror_steps', 'push_run', 'check_mirror', 'pull_run', 'exported', 'export_run', 'export_config',
-           'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'use_bundle_file', 'chart_html',
-           'offline_charts']
+           'set_aside', 'MetricsLog', 'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_errors',
+           'mirror_fs', 'mirror_steps', 'push_run', 'check_mirror', 'pull_run', 'exported', 'export_run',
+           'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'use_bundle_file',
+           'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -17,6 +17,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -341,6 +342,22 @@ MIRRORED = ('run.json', 'tokenizer.json', 'metrics.jsonl', 'samples.txt')  # bes
 MIRROR_LOCK = 'lock.json'  # in the mirror: the process that writes it (host, process id, command), for anyone to see
 _WRITER = uuid.uuid4().hex  # this process, as the mirror's lock names it
 
+@contextlib.contextmanager
+def mirror_errors(url: str):
+    """What goes wrong on a mirror's filesystem (offline, no credentials, no such bucket) as one `RunError` naming `url`;
+    the warnings and retried tracebacks its libraries log meanwhile are held back (they would come before that line)."""
+    loggers = [logging.getLogger(n) for n in ('gcsfs', 's3fs', 'fsspec', 'aiobotocore', 'botocore', 'google', 'urllib3')]
+    levels = [l.level for l in loggers]
+    for l in loggers: l.setLevel(logging.CRITICAL + 1)
+    try: yield
+    except (RunError, KeyboardInterrupt): raise
+    except Exception as e:
+        raise RunError(f"the mirror {url} cannot be used ({type(e).__name__}: {one_line(e)}): check that this machine reaches "
+                       f"it and has credentials for it (gs://: gcloud auth application-default login; s3://: AWS_ACCESS_KEY_ID "
+                       f"and AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials), or choose another --mirror") from None
+    finally:
+        for l, level in zip(loggers, levels): l.setLevel(level)
+
 def mirror_fs(url: str):
     "The fsspec filesystem and root path of mirror `url` (`gs://bucket/run`, `s3://...`); `RunError` in one line if it cannot be used."
     if '://' not in str(url): raise RunError(f"--mirror takes a URL such as gs://bucket/run or s3://bucket/run; got {url!r}")
@@ -402,27 +419,28 @@ def push_run(run: str | Path, url: str, step: int,
              beat: Callable[[], None] | None = None):  # called after each file is copied (training's watchdog: progress)
     """Copy checkpoint `step` of `run` and its small files to the mirror at `url`, the step's checksums last; drop steps `run`
     no longer keeps. Only the mirror's one writer copies: `RunError`, with nothing copied, if another process holds its lock."""
-    fs, root, run = *mirror_fs(url), Path(run)
-    _hold_mirror(fs, root, url)
-    def put(local: Path, remote: str):
-        fs.makedirs(remote.rsplit('/', 1)[0], exist_ok=True)
-        fs.put_file(str(local), remote)
-        if beat: beat()
-    for name in MIRRORED:
-        if (run / name).exists(): put(run / name, f'{root}/{name}')
-    folder = run / 'checkpoints' / str(step)
-    with contextlib.suppress(FileNotFoundError):  # what an earlier upload of this step left (one cut short, say) goes first
-        fs.rm_file(f'{root}/checksums/{step}.json')
-    with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{step}', recursive=True)
-    for p in sorted(folder.rglob('*')):
-        if p.is_file(): put(p, f'{root}/checkpoints/{step}/{p.relative_to(folder).as_posix()}')
-    put(run / 'checksums' / f'{step}.json', f'{root}/checksums/{step}.json')  # last: the step is complete
-    kept = set(checkpoint_steps(run))
-    _hold_mirror(fs, root, url)  # still the writer: the steps this run no longer keeps are its own to remove
-    for s in mirror_steps(url):
-        if s not in kept:
-            fs.rm_file(f'{root}/checksums/{s}.json')  # first: the step stops counting before its files go
-            with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{s}', recursive=True)
+    with mirror_errors(url):  # offline, no credentials: one line
+        fs, root, run = *mirror_fs(url), Path(run)
+        _hold_mirror(fs, root, url)
+        def put(local: Path, remote: str):
+            fs.makedirs(remote.rsplit('/', 1)[0], exist_ok=True)
+            fs.put_file(str(local), remote)
+            if beat: beat()
+        for name in MIRRORED:
+            if (run / name).exists(): put(run / name, f'{root}/{name}')
+        folder = run / 'checkpoints' / str(step)
+        with contextlib.suppress(FileNotFoundError):  # what an earlier upload of this step left (one cut short, say) goes first
+            fs.rm_file(f'{root}/checksums/{step}.json')
+        with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{step}', recursive=True)
+        for p in sorted(folder.rglob('*')):
+            if p.is_file(): put(p, f'{root}/checkpoints/{step}/{p.relative_to(folder).as_posix()}')
+        put(run / 'checksums' / f'{step}.json', f'{root}/checksums/{step}.json')  # last: the step is complete
+        kept = set(checkpoint_steps(run))
+        _hold_mirror(fs, root, url)  # still the writer: the steps this run no longer keeps are its own to remove
+        for s in mirror_steps(url):
+            if s not in kept:
+                fs.rm_file(f'{root}/checksums/{s}.json')  # first: the step stops counting before its files go
+                with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{s}', recursive=True)
 
 def _mirror_run(fs, root: str, url: str) -> dict:
     "The mirror's `run.json`, read; `RunError` naming it if it cannot be."
@@ -437,81 +455,83 @@ def check_mirror(url: str, cfg: TrainConfig, data: str, resume: bool):
     """`RunError` in one line, before anything is written or copied, if the mirror at `url` cannot serve this training run:
     it holds a run and `resume` is off, a run of other settings (the comparison `check_run_dir` makes), anything but this
     run's files, or the lock of another writer that runs. Otherwise this process becomes its writer (`MIRROR_LOCK`)."""
-    held = mirror_steps(url)
-    if held and not resume:
-        raise RunError(f"the mirror {url} already holds a run (checkpoint {held[-1]}): pass --resume to continue it "
-                       f"or choose another --mirror")
-    fs, root = mirror_fs(url)
-    try: names = {n.rstrip('/').rsplit('/', 1)[-1] for n in fs.ls(root, detail=False)}
-    except FileNotFoundError: names = set()
-    if foreign := sorted(names - {*MIRRORED, 'checkpoints', 'checksums', MIRROR_LOCK}):
-        raise RunError(f"the mirror {url} holds files that are no sgatlin run's ({', '.join(map(terminal_safe, foreign[:3]))}"
-                       f"{', ...' if len(foreign) > 3 else ''}): a mirror is a location of its own, so choose an empty --mirror")
-    if 'run.json' in names:
-        old = _mirror_run(fs, root, url)
-        try: was = TrainConfig.from_dict(old['config']).to_dict()
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise RunError(f"the mirror {url} holds no readable run.json ({one_line(e)}): choose another --mirror") from None
-        diff = config_differences({'config': was, 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
-        if diff:
-            differs = '; '.join(d.removeprefix('config.') for d in diff)
-            raise RunError(f"the mirror {url} holds a different run, so it cannot be resumed with these settings (differs in: "
-                           f"{differs}): resume it with its own settings or choose another --mirror" if held else
-                           f"the mirror {url} holds the files of another run (differs in: {differs}), with no complete "
-                           f"checkpoint: choose an empty --mirror")
-    elif names - {MIRROR_LOCK}:  # a step's files, or a tokenizer, without the run they belong to
-        raise RunError(f"the mirror {url} holds {', '.join(sorted(names - {MIRROR_LOCK}))} but no run.json: they are no run "
-                       f"this one can continue, so choose an empty --mirror")
-    _hold_mirror(fs, root, url, take_over=bool(held))
+    with mirror_errors(url):  # offline, no credentials: one line
+        held = mirror_steps(url)
+        if held and not resume:
+            raise RunError(f"the mirror {url} already holds a run (checkpoint {held[-1]}): pass --resume to continue it "
+                           f"or choose another --mirror")
+        fs, root = mirror_fs(url)
+        try: names = {n.rstrip('/').rsplit('/', 1)[-1] for n in fs.ls(root, detail=False)}
+        except FileNotFoundError: names = set()
+        if foreign := sorted(names - {*MIRRORED, 'checkpoints', 'checksums', MIRROR_LOCK}):
+            raise RunError(f"the mirror {url} holds files that are no sgatlin run's ({', '.join(map(terminal_safe, foreign[:3]))}"
+                           f"{', ...' if len(foreign) > 3 else ''}): a mirror is a location of its own, so choose an empty --mirror")
+        if 'run.json' in names:
+            old = _mirror_run(fs, root, url)
+            try: was = TrainConfig.from_dict(old['config']).to_dict()
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise RunError(f"the mirror {url} holds no readable run.json ({one_line(e)}): choose another --mirror") from None
+            diff = config_differences({'config': was, 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
+            if diff:
+                differs = '; '.join(d.removeprefix('config.') for d in diff)
+                raise RunError(f"the mirror {url} holds a different run, so it cannot be resumed with these settings (differs in: "
+                               f"{differs}): resume it with its own settings or choose another --mirror" if held else
+                               f"the mirror {url} holds the files of another run (differs in: {differs}), with no complete "
+                               f"checkpoint: choose an empty --mirror")
+        elif names - {MIRROR_LOCK}:  # a step's files, or a tokenizer, without the run they belong to
+            raise RunError(f"the mirror {url} holds {', '.join(sorted(names - {MIRROR_LOCK}))} but no run.json: they are no run "
+                           f"this one can continue, so choose an empty --mirror")
+        _hold_mirror(fs, root, url, take_over=bool(held))
 
 def pull_run(url: str, run: str | Path) -> int | None:
     """Copy the newest complete checkpoint of the mirror at `url`, with the run's small files, into `run`, unless `run`
     already holds that step or a later one; the step copied, or None. `run` must be new, empty (its lock aside) or hold
     this same run, else `RunError` before anything is copied; the files arrive under temporary names, renamed into place
     once all of them are here, and a tokenizer `run` already has stays."""
-    fs, root, run = *mirror_fs(url), Path(run)
-    steps = mirror_steps(url)
-    if not steps or (checkpoint_steps(run) and checkpoint_steps(run)[-1] >= steps[-1]): return None
-    theirs = _mirror_run(fs, root, url)
-    if (run / 'run.json').exists():
-        try: mine = json.loads((run / 'run.json').read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RunError(f"{run / 'run.json'} is not valid JSON ({one_line(e)}): repair it or choose another --out") from None
-        same = isinstance(mine, dict) and all(mine.get(k) == theirs.get(k) for k in ('config', 'data')) and (
-            None in (mine.get('tokenizer'), theirs.get('tokenizer')) or mine['tokenizer'] == theirs['tokenizer'])
-        if not same: raise RunError(f"{run} holds another run than the mirror {url}: choose another --out or --mirror")
-    elif run.exists() and (there := sorted(p.name for p in run.iterdir() if p.name != '.lock')):
-        raise RunError(f"{run} holds {', '.join(map(terminal_safe, there[:3]))}{', ...' if len(there) > 3 else ''} but no "
-                       f"run.json: resuming from the mirror {url} would replace them, so choose a new or empty --out")
-    step = steps[-1]
-    partial = run / 'checkpoints' / f'.{step}.pulling'  # not a step until complete: a pull cut short leaves no checkpoint
-    small = {name: run / f'.{name}.pulling' for name in MIRRORED if not (name == 'tokenizer.json' and (run / name).exists())}
-    sums = run / 'checksums' / f'.{step}.json.pulling'
-    def get(remote: str, local: Path):
-        local.parent.mkdir(parents=True, exist_ok=True)
-        try: fs.get_file(remote, str(local))
-        except OSError as e:
-            raise RunError(f"the mirror {url} lost {remote} while it was copied ({type(e).__name__}: {one_line(e)}): "
-                           f"run the same command again") from None
-    try:
-        shutil.rmtree(partial, ignore_errors=True)
-        for name, local in small.items():
-            if fs.exists(f'{root}/{name}'): get(f'{root}/{name}', local)
-        prefix = f'{root}/checkpoints/{step}/'
-        files = fs.find(prefix)
-        if not files: raise RunError(f"the mirror {url} holds checksums for checkpoint {step} but none of its files: "
-                                     f"choose another --mirror, or delete {url}/checksums/{step}.json to use an older step")
-        for remote in files: get(remote, partial / remote[len(prefix):])
-        get(f'{root}/checksums/{step}.json', sums)
-        shutil.rmtree(run / 'checkpoints' / str(step), ignore_errors=True)
-        partial.rename(run / 'checkpoints' / str(step))
-        sums.rename(run / 'checksums' / f'{step}.json')
-        for name, local in small.items():
-            if local.exists(): local.rename(run / name)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-        for p in (sums, *small.values()): p.unlink(missing_ok=True)
-    return step
+    with mirror_errors(url):  # offline, no credentials: one line
+        fs, root, run = *mirror_fs(url), Path(run)
+        steps = mirror_steps(url)
+        if not steps or (checkpoint_steps(run) and checkpoint_steps(run)[-1] >= steps[-1]): return None
+        theirs = _mirror_run(fs, root, url)
+        if (run / 'run.json').exists():
+            try: mine = json.loads((run / 'run.json').read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise RunError(f"{run / 'run.json'} is not valid JSON ({one_line(e)}): repair it or choose another --out") from None
+            same = isinstance(mine, dict) and all(mine.get(k) == theirs.get(k) for k in ('config', 'data')) and (
+                None in (mine.get('tokenizer'), theirs.get('tokenizer')) or mine['tokenizer'] == theirs['tokenizer'])
+            if not same: raise RunError(f"{run} holds another run than the mirror {url}: choose another --out or --mirror")
+        elif run.exists() and (there := sorted(p.name for p in run.iterdir() if p.name != '.lock')):
+            raise RunError(f"{run} holds {', '.join(map(terminal_safe, there[:3]))}{', ...' if len(there) > 3 else ''} but no "
+                           f"run.json: resuming from the mirror {url} would replace them, so choose a new or empty --out")
+        step = steps[-1]
+        partial = run / 'checkpoints' / f'.{step}.pulling'  # not a step until complete: a pull cut short leaves no checkpoint
+        small = {name: run / f'.{name}.pulling' for name in MIRRORED if not (name == 'tokenizer.json' and (run / name).exists())}
+        sums = run / 'checksums' / f'.{step}.json.pulling'
+        def get(remote: str, local: Path):
+            local.parent.mkdir(parents=True, exist_ok=True)
+            try: fs.get_file(remote, str(local))
+            except OSError as e:
+                raise RunError(f"the mirror {url} lost {remote} while it was copied ({type(e).__name__}: {one_line(e)}): "
+                               f"run the same command again") from None
+        try:
+            shutil.rmtree(partial, ignore_errors=True)
+            for name, local in small.items():
+                if fs.exists(f'{root}/{name}'): get(f'{root}/{name}', local)
+            prefix = f'{root}/checkpoints/{step}/'
+            files = fs.find(prefix)
+            if not files: raise RunError(f"the mirror {url} holds checksums for checkpoint {step} but none of its files: "
+                                         f"choose another --mirror, or delete {url}/checksums/{step}.json to use an older step")
+            for remote in files: get(remote, partial / remote[len(prefix):])
+            get(f'{root}/checksums/{step}.json', sums)
+            shutil.rmtree(run / 'checkpoints' / str(step), ignore_errors=True)
+            partial.rename(run / 'checkpoints' / str(step))
+            sums.rename(run / 'checksums' / f'{step}.json')
+            for name, local in small.items():
+                if local.exists(): local.rename(run / name)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+            for p in (sums, *small.values()): p.unlink(missing_ok=True)
+        return step
 
 # %% ../nbs/06a_runs.ipynb #f37d3e95
 EXPORT_DTYPES = ('float32', 'bfloat16', 'float16')  # what `export_run` can round the parameters to

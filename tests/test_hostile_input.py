@@ -368,3 +368,30 @@ def test_resume_names_a_damaged_metrics_line_and_out_may_not_be_a_file(data_dir,
     _refused(capsys, ["train", "--config", "test-tiny", "--out", str(tmp_path / "afile"), "--steps", "2", "--quiet"],
              f"--out {tmp_path / 'afile'} is a file, not a folder")
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+# ---- issue 66: what still gave a traceback ----
+
+def test_a_task_file_without_items_or_choices_is_one_line(tmp_path, capsys, monkeypatch):
+    "A task file of the data folder with an item lacking `choices`, an empty one, or a line of no JSON: one line naming file and line."
+    tasks = tmp_path / "data" / "tasks"
+    tasks.mkdir(parents=True)
+    monkeypatch.setenv("SGATLIN_DATA_DIR", str(tmp_path / "data"))
+    argv = ["eval", "--run", str(reference_run()), "--tasks", "zorro", "--limit", "4"]
+    good = json.dumps({"id": 1, "context": "The dog", "choices": [" ran.", " run."], "gold": 0})
+    for text, needle in ((good + "\n" + json.dumps({"id": 2, "context": "The cat", "gold": 0}) + "\n", "line 2 is not a task item"),
+                         ("", "holds no items"), ("\n\n", "holds no items"), (good + "\n{cut\n", "line 2 is not valid JSON"),
+                         (json.dumps({"context": "A", "choices": [" b."], "gold": 3}) + "\n", "line 1 is not a task item")):
+        (tasks / "zorro.jsonl").write_text(text)
+        _refused(capsys, argv, f"{tasks / 'zorro.jsonl'} ", needle)
+
+
+def test_a_mirror_without_credentials_is_one_line(tmp_path, capsys, monkeypatch):
+    "`--mirror s3://...` with no AWS credentials: one line naming the URL and what to set, before any file is written."
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"): monkeypatch.delenv(name, raising=False)
+    for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"): monkeypatch.setenv(name, str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    url = "s3://sgatlin-no-such-bucket/run"
+    _refused(capsys, ["train", "--config", "test-tiny", "--steps", "2", "--out", str(tmp_path / "run"), "--mirror", url, "--quiet"],
+             f"the mirror {url} cannot be used (NoCredentialsError: Unable to locate credentials)", "AWS_ACCESS_KEY_ID")
+    assert not (tmp_path / "run").exists()
