@@ -17,6 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from .kernels import (ACTIVATIONS, chunk_rows, gather_combine, kernel_choice, kernel_kind, gather_dot, scatter_outer,
                                 take_along_last, take_rows)
@@ -204,7 +205,7 @@ class MoE(Feedforward):
         self._check_input(x)
         logits_NxE = x.astype(jnp.float32) @ self.w_router[...]
         if self.router_bias: logits_NxE = logits_NxE + self.b_router[...]
-        experts_NxS = jax.lax.top_k(jax.lax.stop_gradient(logits_NxE), self.top_k)[1]
+        experts_NxS = checkpoint_name(jax.lax.top_k(jax.lax.stop_gradient(logits_NxE), self.top_k)[1], 'gate_indices')
         top_NxS = take_along_last(logits_NxE, experts_NxS)  # the top logits, differentiable without a scatter-add
         if self.softmax_over == 'top_k': weights_NxS = jax.nn.softmax(top_NxS, axis=-1)
         else: weights_NxS = jnp.exp(top_NxS - jax.nn.logsumexp(logits_NxE, axis=-1, keepdims=True))
@@ -243,7 +244,7 @@ def peer_neurons(x_NxD, g_NxJ, rows_NxJ, w_in_FxD, w_out_FxD, chunk):
     return _peer_neurons_fwd(x_NxD, g_NxJ, rows_NxJ, w_in_FxD, w_out_FxD, chunk)[0]
 
 def _peer_neurons_fwd(x_NxD, g_NxJ, rows_NxJ, w_in_FxD, w_out_FxD, chunk):
-    h_NxJ = gather_dot(w_in_FxD, rows_NxJ, x_NxD, chunk)
+    h_NxJ = checkpoint_name(gather_dot(w_in_FxD, rows_NxJ, x_NxD, chunk), 'neuron_h')  # kept by remat_policy
     a_NxJ = g_NxJ.astype(h_NxJ.dtype) * jax.nn.gelu(h_NxJ)
     y_NxD = gather_combine(w_out_FxD, rows_NxJ, a_NxJ, chunk)
     return y_NxD, (x_NxD, g_NxJ, rows_NxJ, w_in_FxD, w_out_FxD, h_NxJ, a_NxJ)

@@ -92,7 +92,7 @@ def gather_params(params, specs, dtype):
     out = []
     for (path, x), spec in zip(flat, jax.tree.leaves(specs, is_leaf=lambda s: isinstance(s, P))):
         axis = next((i for i, a in enumerate(spec) if a == 'data'), None)
-        cast = axis is not None and _param_name(path) in COMPUTE_DTYPE_PARAMS  # only what travels is narrowed
+        cast = _param_name(path) in COMPUTE_DTYPE_PARAMS  # on any device count: one GPU reads the same rows as eight
         out.append(gather_param(x, axis, jnp.dtype(dtype) if cast else x.dtype))
     return jax.tree.unflatten(treedef, out)
 

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from .gating import product_top_k
 from .kernels import (ACTIVATIONS, TouchedRows, kernel_choice, gated_neurons, gated_neurons_touched,
@@ -123,7 +124,8 @@ class ProductKeyRouter(Feedforward):
         s_NxHxCxR = _router_scores(self.router, q, self.w_key[...])
         fixed_NxHxCxR = jax.lax.stop_gradient(s_NxHxCxR)  # chooses; no gradient
         top = product_top_k(fixed_NxHxCxR[:, 0], fixed_NxHxCxR[:, 1], k)
-        sub_NxHxCxS = jnp.stack([top.indices // R, top.indices % R], axis=1)
+        idx_NxCxS = checkpoint_name(top.indices, 'gate_indices')  # kept by remat_policy: the backward pass does not choose again
+        sub_NxHxCxS = jnp.stack([idx_NxCxS // R, idx_NxCxS % R], axis=1)
         M = N if self.router == 'product_dense' else N * 2 * C  # one query per token, or per token, half and channel
         chunk = kernel_choice(M, 2 * C * k * N // M, K, 4, None)  # CPU chunks, or the GPU path (01a_kernels)
         if isinstance(chunk, str):  # GPU path: through the dense scores, whose gradient is two small matmuls
@@ -136,7 +138,8 @@ class ProductKeyRouter(Feedforward):
             sel_NxHxCxS = selected_subkey_scores(s_NxHxCxS.reshape(M, -1), q.reshape(M, K), keys_RxK, rows_MxS,
                                                  chunk).reshape(N, 2, C, k)
         lead = x.shape[:-1]
-        return Gates((sel_NxHxCxS[:, 0] + sel_NxHxCxS[:, 1]).reshape(*lead, C, k), top.indices.reshape(*lead, C, k))
+        scores_NxCxS = checkpoint_name(sel_NxHxCxS[:, 0] + sel_NxHxCxS[:, 1], 'gate_scores')
+        return Gates(scores_NxCxS.reshape(*lead, C, k), idx_NxCxS.reshape(*lead, C, k))
 
 # %% ../nbs/01_sgatlin.ipynb #8d1ea32a
 class SparselyGatedLinear(ProductKeyRouter):

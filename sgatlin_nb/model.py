@@ -23,7 +23,7 @@ from flax import nnx
 
 from .baselines import DTYPES, FFW_KINDS, FFWConfig, make_ffw
 from .complexity import model_params
-from .kernels import take_rows
+from .kernels import remat_policy, take_rows
 from .layers import Gates, fan_in_init, check_positive
 
 # %% ../nbs/04_transformer.ipynb #81cc4061
@@ -310,7 +310,8 @@ class Transformer(nnx.Module):
             plain = run_block
             def run_block(block, *args):
                 graphdef, state = nnx.split(block)
-                return jax.checkpoint(lambda state, *args: plain(nnx.merge(graphdef, state), *args))(state, *args)
+                return jax.checkpoint(lambda state, *args: plain(nnx.merge(graphdef, state), *args),
+                                      policy=remat_policy())(state, *args)  # keeps the gate's choices (01a_kernels)
         if _SCAN.get():  # one traced block: its parameters and this call's patches stacked over layers, the stream carried
             graphdef, _ = nnx.split(self.blocks[0])
             stack = lambda *a: jnp.stack(a)

@@ -6,8 +6,9 @@
 __all__ = ['wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses', 'lm_loss',
            'data_parallel_grads', 'init_state', 'state_shardings', 'make_train_step', 'routed_choices', 'usage_counts',
            'sequence_usage', 'usage_stats', 'make_eval_step', 'evaluate', 'abstract_state', 'state_bytes',
-           'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit', 'memory_preflight',
-           'xla_memory', 'xla_preflight', 'sample_text', 'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
+           'remat_saved_bytes', 'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit',
+           'memory_preflight', 'xla_memory', 'xla_preflight', 'sample_text', 'train', 'DiskFull', 'held_stderr',
+           'disk_full', 'cached_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import contextlib
@@ -274,6 +275,12 @@ def state_bytes(state, shardings) -> dict:
     total = per_device(state, shardings)
     return {'params': params, 'opt_state': total - params}
 
+def remat_saved_bytes(ffw, n_tokens: int) -> int:
+    "Bytes that `remat_policy` (01a_kernels) keeps per block of `n_tokens` tokens: a routed layer's int32 choices; for product-key layers also their float32 scores and the neurons' float32 products `h`."
+    if ffw.kind in ('sgatlin', 'peer'): return n_tokens * ffw.n_channels * ffw.k * 12
+    if ffw.kind == 'moe': return n_tokens * ffw.top_k * 4
+    return 0
+
 def activation_bytes(cfg: TrainConfig, n_devices: int) -> int:
     "Analytic estimate of the activation memory per device of one training step of `cfg` (micro-batch of `grad_accum`)."
     m = cfg.model
@@ -281,7 +288,8 @@ def activation_bytes(cfg: TrainConfig, n_devices: int) -> int:
     N, D, c = rows * m.seq_len, m.d_model, jnp.dtype(m.dtype).itemsize
     probs = rows * m.n_heads * m.seq_len ** 2 * 4                   # float32 attention probabilities
     block = N * 8 * D * c + N * ffw_cost(m.ffw).activations * 4 + probs  # one block's intermediates
-    kept = m.n_layers * N * D * 4 + 2 * block if m.remat else (m.n_layers + 1) * block  # remat: each block's float32 input
+    kept = (m.n_layers * (N * D * 4 + remat_saved_bytes(m.ffw, N)) + 2 * block  # remat: each block's float32 input, its gates
+            if m.remat else (m.n_layers + 1) * block)
     logits = 2 * N * m.vocab_size * 4                               # float32 logits and their gradient
     return kept + logits
 
