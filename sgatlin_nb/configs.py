@@ -9,6 +9,7 @@ __all__ = ['PRESETS', 'CONFIG_SECTIONS', 'config_yaml', 'make_config', 'miniatur
 import dataclasses
 import functools
 import math
+import unicodedata
 from pathlib import Path
 from typing import Iterable
 
@@ -121,6 +122,19 @@ def _plain(values: dict, where: str, prefix: str = ''):
             raise ValueError(f"{where}: config key {key!r} is {v!r}: " + ("interpolations are not read here" if '${' in v
                              else "a missing value") + f"; give the value itself, e.g. in the YAML file or as {key}=VALUE")
 
+def _ascii_numbers(overrides: Iterable[str], d: dict):
+    """Refuse a number override typed with characters that are not ASCII (`lr=１`, a full-width digit): Python reads
+    it as 1, so a look-alike would train silently with a value the user did not see."""
+    for item in overrides:
+        key, _, raw = str(item).partition('=')
+        if raw.isascii(): continue
+        value = d
+        for part in key.strip().split('.'): value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)):
+            odd = ', '.join(dict.fromkeys(f'{c!r} (U+{ord(c):04X})' for c in raw if not c.isascii()))
+            raise ValueError(f"override {key}={raw}: the number holds characters that are not ASCII, {odd}: type it with "
+                             f"ASCII digits, e.g. {key}={unicodedata.normalize('NFKC', raw)}")
+
 def make_config(config: str | Path | TrainConfig = 'tinystories-cpu',  # a preset name, a YAML file, or a TrainConfig
                 overrides: Iterable[str] | dict = ()  # dotted `key=value` strings, or a dict of dotted keys to values: applied last
                 ) -> TrainConfig:
@@ -150,6 +164,7 @@ def make_config(config: str | Path | TrainConfig = 'tinystories-cpu',  # a prese
                                  f"{' and '.join(users)}, not of kind {ffw['kind']!r} (which takes {', '.join(FFW_KINDS[ffw['kind']][2])}): "
                                  f"remove it, or set model.ffw.kind")
             ffw[f.name] = f.default
+    if not isinstance(overrides, dict): _ascii_numbers(overrides, d)
     d['warmup_steps'] = min(d['warmup_steps'], d['steps'])
     return _build(d)
 

@@ -9,6 +9,7 @@ __all__ = ['TOP_PREDICTIONS', 'FORMAT', 'SCHEMA_VERSION', 'MANIFEST_FIELDS', 'Re
            'sample_texts', 'record_run', 'reference_circuit_db']
 
 # %% ../nbs/10_record.ipynb #778eeae2
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -16,6 +17,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import tempfile
 from functools import cached_property
 from pathlib import Path
@@ -212,29 +214,48 @@ def build_circuit_db(
     out = Path(out)
     _check_out(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.partial'))  # new: no folder of the user's is reused
-    L = model.cfg.n_layers
-    try:
-        n_docs, n_rows, n_cut, sha = _record_documents(model, tokenizer, texts, tmp, batch_size, max_len, progress)
-        if n_docs == 0: raise ValueError("texts holds no document: nothing to record")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # an interrupted build leaves nothing behind, and `out` untouched
-        raise
-    manifest = {
-        'format': FORMAT, 'schema_version': SCHEMA_VERSION,
-        'model': model_identity(model, tokenizer), 'checkpoint_step': step,
-        'dataset': {'name': dataset, 'documents': n_docs, 'sha256': sha},
-        'recording': {'max_len': max_len, 'end_of_text_first': True, 'n_layers': L, 'n_channels': C, 'k': S,
-                      'd_ffw': F, 'top_predictions': TOP_PREDICTIONS},
-        'counts': {'documents': n_docs, 'tokens': n_rows, 'truncated_documents': n_cut},
-        'tables': {'documents': 'documents.parquet', 'tokens': 'tokens.parquet',
-                   'gates': [f'gates_layer{l}.parquet' for l in range(L)]},
-    }
-    (tmp / 'manifest.json').write_text(json.dumps(manifest, indent=1) + '\n')
-    os.chmod(tmp, new_file_mode(directory=True))  # mkdtemp's folder is private (0o700)
-    if out.exists(): shutil.rmtree(out)
-    os.replace(tmp, out)
+    with _writing_lock(out):  # one writer at a time: a second `record` on this `out` is refused, naming the first
+        _check_out(out, overwrite)  # again, now that no other writer can change it
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.partial'))  # new: no folder of the user's is reused
+        L = model.cfg.n_layers
+        try:
+            n_docs, n_rows, n_cut, sha = _record_documents(model, tokenizer, texts, tmp, batch_size, max_len, progress)
+            if n_docs == 0: raise ValueError("texts holds no document: nothing to record")
+            manifest = {
+                'format': FORMAT, 'schema_version': SCHEMA_VERSION,
+                'model': model_identity(model, tokenizer), 'checkpoint_step': step,
+                'dataset': {'name': dataset, 'documents': n_docs, 'sha256': sha},
+                'recording': {'max_len': max_len, 'end_of_text_first': True, 'n_layers': L, 'n_channels': C, 'k': S,
+                              'd_ffw': F, 'top_predictions': TOP_PREDICTIONS},
+                'counts': {'documents': n_docs, 'tokens': n_rows, 'truncated_documents': n_cut},
+                'tables': {'documents': 'documents.parquet', 'tokens': 'tokens.parquet',
+                           'gates': [f'gates_layer{l}.parquet' for l in range(L)]},
+            }
+            (tmp / 'manifest.json').write_text(json.dumps(manifest, indent=1) + '\n')
+            os.chmod(tmp, new_file_mode(directory=True))  # mkdtemp's folder is private (0o700)
+            if out.exists(): shutil.rmtree(out)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # an interrupted build leaves nothing behind, and `out` untouched
     return CircuitDB(out)
+
+@contextlib.contextmanager
+def _writing_lock(out: Path, what: str = 'sgatlin record'):
+    """Hold `.<name>.lock` beside `out` while `out` is written: a second writer gets a `ValueError` in one line that names
+    the first (process and host). The lock file goes when the writing ends."""
+    path = out.parent / f'.{out.name}.lock'
+    f = open(path, 'a+')
+    try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0); holder = f.read().strip() or 'another process'
+        f.close()
+        raise ValueError(f"out={out} is being written by {holder}: wait for it to finish or choose another directory") from None
+    try:
+        f.seek(0); f.truncate(); f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        f.close()
 
 # %% ../nbs/10_record.ipynb #7499d849
 def gating_vectors(

@@ -14,6 +14,7 @@ __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import hashlib
 import json
@@ -25,6 +26,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -570,13 +572,25 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None,
     info = exported(run) or json.loads((run / 'run.json').read_text())
     tensors = {_param_name(k): v if dtype is None else jnp.asarray(v).astype(dtype)
                for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(run / 'tokenizer.json', out / 'tokenizer.json')
-    (out / 'model.safetensors').write_bytes(save(tensors, metadata={'format': 'flax'}))  # bytes: the folder's usual file mode
     train = {k: v for k, v in cfg.to_dict().items() if k != 'model'}
     meta = {'format': EXPORT_FORMAT, 'version': EXPORT_VERSION, 'step': at, 'data': info.get('data'),
             'source': info.get('source', str(run)), 'model': dataclasses.asdict(cfg.model), 'train': train}
-    (out / 'config.json').write_text(json.dumps(meta, indent=1))  # last: a folder is an export once this exists
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.partial'))  # renamed into place when whole
+    try:
+        shutil.copy(run / 'tokenizer.json', tmp / 'tokenizer.json')
+        (tmp / 'model.safetensors').write_bytes(save(tensors, metadata={'format': 'flax'}))  # bytes: the folder's usual file mode
+        (tmp / 'config.json').write_text(json.dumps(meta, indent=1))  # last: a folder is an export once this exists
+        os.chmod(tmp, new_file_mode(directory=True))  # mkdtemp's folder is private (0o700)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):  # filled while the export was written
+            raise RunError(f"{out} is not empty: choose a new or empty --out for model.safetensors, config.json and tokenizer.json")
+        os.replace(tmp, out)  # an empty folder there is replaced
+    except OSError as e:
+        if e.errno != errno.ENOSPC: raise
+        raise RunError(f"the disk holding {out} is full: the export did not fit, and nothing of it was left there; free some "
+                       f"space, then run the same command again") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 def export_config(path: Path, meta: dict) -> TrainConfig:

@@ -500,3 +500,25 @@ def test_two_runs_on_one_mirror_cannot_delete_each_others_checkpoints(tmp_path, 
         holder.wait()
     push_run(run20, url, 20)  # the holder is gone: its lock is this process's now
     assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_export_on_a_full_disk_leaves_nothing(tmp_path, data_dir, run20):
+    """`export` into a tmpfs too small for it: one line, and nothing of the export left (a cut tokenizer.json made the
+    rerun refuse "not empty"); the same command works once there is room."""
+    size = lambda p: sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file())
+    tokenizer = (run20 / "tokenizer.json").stat().st_size
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(_as_root("mount", "-t", "tmpfs", "-o", f"size={tokenizer + (256 << 10)}", "tmpfs", str(disk)),
+                           capture_output=True, text=True)
+    assert mount.returncode == 0, f"this test mounts a small tmpfs, as root or through sudo -n: {mount.stderr}"
+    try:
+        out = disk / "export"
+        res = run_in_process(["export", "--run", str(run20), "--out", str(out)], data_dir)
+        assert sorted(str(p.relative_to(disk)) for p in disk.rglob("*")) == [], res.stderr
+        _fails(res, f"the disk holding {out} is full", "nothing of it was left there")
+        subprocess.run(_as_root("mount", "-o", f"remount,size={4 * size(run20)}", str(disk)), check=True)
+        res = run_in_process(["export", "--run", str(run20), "--out", str(out)], data_dir)
+        assert res.returncode == 0 and sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"], res.stderr
+    finally:
+        subprocess.run(_as_root("umount", str(disk)), capture_output=True)

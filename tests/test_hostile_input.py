@@ -395,3 +395,46 @@ def test_a_mirror_without_credentials_is_one_line(tmp_path, capsys, monkeypatch)
     _refused(capsys, ["train", "--config", "test-tiny", "--steps", "2", "--out", str(tmp_path / "run"), "--mirror", url, "--quiet"],
              f"the mirror {url} cannot be used (NoCredentialsError: Unable to locate credentials)", "AWS_ACCESS_KEY_ID")
     assert not (tmp_path / "run").exists()
+
+
+def test_two_records_on_one_out(tmp_path, capsys, monkeypatch):
+    """While `record` writes a database, a second `record` on the same --out (a real process of its own) is refused in
+    one line naming the first; the first then finishes, its database whole, and no lock file is left."""
+    import subprocess
+    import sys
+    import sgatlin_nb.record as record
+    from conftest import sgatlin_cmd
+    db, seen = tmp_path / "db", []
+    real = record._record_documents
+    def with_a_second_writer(*args, **kwargs):  # the first writer holds --out: a second process tries the same
+        res = subprocess.run(sgatlin_cmd() + ["record", "--run", str(reference_run()), "--out", str(db), "--n-docs", "4", "--quiet"],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        seen.append((res.returncode, res.stderr.strip().splitlines()))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(record, "_record_documents", with_a_second_writer)
+    assert main(["record", "--run", str(reference_run()), "--out", str(db), "--n-docs", "4", "--quiet"]) == 0
+    [(status, lines)] = seen
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"sgatlin record: error: out={db} is being written by "
+                                                                   f"sgatlin record (pid {os.getpid()} on "), lines
+    assert record.CircuitDB(db).manifest["counts"]["documents"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]  # no lock file, no partial folder
+
+
+TRAIN2 = ["train", "--config", "test-tiny", "--steps", "2", "--quiet"]
+
+@pytest.mark.parametrize("argv, needles", [
+    (TRAIN2 + ["lr=１"], ["override lr=１", "U+FF11", "e.g. lr=1"]),  # a full-width digit, which Python reads as 1
+    (TRAIN2 + ["--lr", "１"], ["--lr １: the number holds characters that are not ASCII"]),
+    (TRAIN2 + ["--out", "a\nb"], ["--out '{tmp}/a\\nb' holds a control character"]),
+    (TRAIN2 + ["--out", "a\x1b]0;owned\x07"], ["--out '{tmp}/a\\x1b]0;owned\\x07' holds a control character"]),
+    (["submit", str(ROOT / "nbs" / "07_scaling.ipynb"), "-p", "results_path=a.json\nretrain_cpu=True", "--dry-run", "--out",
+      "slurm"], ["-p 'results_path=a.json\\nretrain_cpu=True' holds a line break"]),
+    (["neighbours", "", "--out", "nb", "--quiet"], ["the sentence is empty"]),
+    (["neighbours", " \n ", "--out", "nb", "--quiet"], ["the sentence is empty"]),
+], ids=["lr-override", "lr-option", "out-newline", "out-escape", "p-newline", "empty-sentence", "blank-sentence"])
+def test_odd_characters_and_an_empty_sentence_are_one_line(tmp_path, capsys, argv, needles):
+    "A full-width digit, a control character in a name or a -p value, an empty sentence: one line each, nothing written."
+    argv = [str(tmp_path / a) if prev in ("--out",) else a for prev, a in zip([None] + argv, argv)]
+    if "--out" not in argv: argv += ["--out", str(tmp_path / "r")]
+    _refused(capsys, argv, *(n.format(tmp=tmp_path) for n in needles))
+    assert list(tmp_path.iterdir()) == []
