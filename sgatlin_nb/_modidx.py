@@ -697,6 +697,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs._mirror_lock': ('runs.html#_mirror_lock', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._mirror_run': ('runs.html#_mirror_run', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._param_name': ('runs.html#_param_name', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs._rotated': ('runs.html#_rotated', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._what_is': ('runs.html#_what_is', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.chart_html': ('runs.html#chart_html', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.check_mirror': ('runs.html#check_mirror', 'sgatlin_nb/runs.py'),

@@ -298,17 +298,17 @@ def load_run(run: str | Path, step: int | None = None):
         raise RunError(f"{run} has no checkpoint yet: train (or resume) it first")
     if step is not None and step not in steps:
         raise RunError(f"{run} has no checkpoint at step {step}; it has steps {', '.join(map(str, steps))}")
-    for attempt in range(3):
+    for attempt in range(4):
         at = steps[-1] if step is None else step
         try:
             params_at = read_params(run, at, params)
             break
         except DamagedCheckpoint as e:
-            now = checkpoint_steps(run)  # a training run may have rotated `at` out while it was read: not damage
+            now = _rotated(run, at)  # a training run may be rotating `at` out while it was read: not damage
+            if step is None and now and now[-1] > at and attempt < 3:  # a newer checkpoint is there: the one asked for
+                steps = now
+                continue
             if at not in now:
-                if step is None and now and attempt < 2:
-                    steps = now
-                    continue
                 raise RunError(f"checkpoint step {at} of {run} was removed while it was read (a training run keeps only its "
                                f"newest checkpoints): " + (f"it now has steps {', '.join(map(str, now))}; run the command again"
                                if now else "it has none now")) from None
@@ -338,6 +338,13 @@ def _what_is(path: Path) -> str:
     if (path / 'manifest.json').exists(): return "is a circuit database, not a training run (its manifest.json names the run it came from)"
     if (path / 'run' / 'run.json').exists(): return f"is not a run itself, but holds one in {path / 'run'}"
     return "holds no sgatlin run (no run.json, nor an exported model.safetensors and config.json)"
+
+def _rotated(run: Path, step: int, wait: float = 2.0) -> list[int]:
+    """The run's checkpoint steps once a writer that saved a newer one than `step` has had `wait` seconds to remove
+    `step` (orbax deletes a rotated-out folder file by file: until it is gone, it looks damaged)."""
+    deadline = time.monotonic() + wait
+    while (now := checkpoint_steps(run)) and step in now and now[-1] > step and time.monotonic() < deadline: time.sleep(0.05)
+    return now
 
 # %% ../nbs/06a_runs.ipynb #mir00002
 MIRRORED = ('run.json', 'tokenizer.json', 'metrics.jsonl', 'samples.txt')  # beside the checkpoints; data/ is made again

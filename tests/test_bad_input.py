@@ -522,3 +522,23 @@ def test_export_on_a_full_disk_leaves_nothing(tmp_path, data_dir, run20):
         assert res.returncode == 0 and sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"], res.stderr
     finally:
         subprocess.run(_as_root("umount", str(disk)), capture_output=True)
+
+
+def test_eval_beside_a_live_run_reads_the_newest_checkpoint(tmp_path, run20, monkeypatch):
+    """A trainer that keeps one checkpoint saves step 30, then removes step 20 file by file while it is read: the reader
+    waits for the removal and reads step 30, instead of calling step 20 damaged and saying to train again (1 in 8)."""
+    import threading
+    import sgatlin_nb.runs as runs
+    run = _copy(run20, tmp_path)
+    real, calls = runs.read_params, []
+    def rotating(r, step, params):
+        if not calls:  # the trainer, between the listing and the read: step 30 saved, step 20's first file removed
+            shutil.copytree(run / "checkpoints" / "20", run / "checkpoints" / "30")
+            shutil.copy(run / "checksums" / "20.json", run / "checksums" / "30.json")
+            next(p for p in sorted((run / "checkpoints" / "20").rglob("*")) if p.is_file()).unlink()
+            threading.Timer(0.3, shutil.rmtree, [run / "checkpoints" / "20"]).start()
+        calls.append(step)
+        return real(r, step, params)
+    monkeypatch.setattr(runs, "read_params", rotating)
+    *_, at = runs.load_run(run)
+    assert (calls, at) == ([20, 30], 30)
