@@ -205,6 +205,10 @@ def checkpoint_damage(run: str | Path, step: int) -> str | None:
         have, want = _file_sums(folder), json.loads(record.read_text())
     except FileNotFoundError:  # a training run rotated this checkpoint out while it was read
         return 'its files were removed while they were read'
+    return _sums_differ(have, want)
+
+def _sums_differ(have: dict, want: dict) -> str | None:
+    "The first file whose `[size, sha256]` in `have` differs from `want` (what `_file_sums` gave when written), said; None if none."
     for name, (size, digest) in want.items():
         if name not in have: return f'{name} is missing'
         if have[name][0] != size: return f'{name} has {have[name][0]:,} bytes, {size:,} when written'
@@ -512,26 +516,34 @@ def pull_run(url: str, run: str | Path) -> int | None:
         elif run.exists() and (there := sorted(p.name for p in run.iterdir() if p.name != '.lock')):
             raise RunError(f"{run} holds {', '.join(map(terminal_safe, there[:3]))}{', ...' if len(there) > 3 else ''} but no "
                            f"run.json: resuming from the mirror {url} would replace them, so choose a new or empty --out")
-        step = steps[-1]
-        partial = run / 'checkpoints' / f'.{step}.pulling'  # not a step until complete: a pull cut short leaves no checkpoint
+        have = checkpoint_steps(run)
+        newer = [s for s in reversed(steps) if not have or s > have[-1]]  # newest first: an older one if it is damaged
+        partial = run / 'checkpoints' / '.pulling'  # not a step until complete and verified: a pull cut short leaves none
         small = {name: run / f'.{name}.pulling' for name in MIRRORED if not (name == 'tokenizer.json' and (run / name).exists())}
-        sums = run / 'checksums' / f'.{step}.json.pulling'
+        sums = run / 'checksums' / '.pulling.json'
         def get(remote: str, local: Path):
             local.parent.mkdir(parents=True, exist_ok=True)
-            try: fs.get_file(remote, str(local))
-            except OSError as e:
-                raise RunError(f"the mirror {url} lost {remote} while it was copied ({type(e).__name__}: {one_line(e)}): "
-                               f"run the same command again") from None
+            fs.get_file(remote, str(local))
         try:
-            shutil.rmtree(partial, ignore_errors=True)
+            for step in newer:
+                shutil.rmtree(partial, ignore_errors=True)
+                prefix = f'{root}/checkpoints/{step}/'
+                try:
+                    files = fs.find(prefix)
+                    for remote in files: get(remote, partial / remote[len(prefix):])
+                    get(f'{root}/checksums/{step}.json', sums)
+                    why = _pulled_damage(partial, sums) if files else 'none of its files are there'
+                except FileNotFoundError as e:  # listed, then gone: a writer rotated it out, or it lost a file
+                    why = f"{e.filename or one_line(e)} went missing while it was copied"
+                if why is None: break
+                print(f"note: checkpoint {step} of the mirror {url} is damaged ({why}); "
+                      + ("trying the one before it" if step != newer[-1] else "it has no older one"), file=sys.stderr)
+            else:
+                if have: return None  # the run's own checkpoints stay what it resumes from
+                raise RunError(f"the mirror {url} holds no checkpoint that is whole (each one differs from its checksums): "
+                               f"choose another --mirror")
             for name, local in small.items():
                 if fs.exists(f'{root}/{name}'): get(f'{root}/{name}', local)
-            prefix = f'{root}/checkpoints/{step}/'
-            files = fs.find(prefix)
-            if not files: raise RunError(f"the mirror {url} holds checksums for checkpoint {step} but none of its files: "
-                                         f"choose another --mirror, or delete {url}/checksums/{step}.json to use an older step")
-            for remote in files: get(remote, partial / remote[len(prefix):])
-            get(f'{root}/checksums/{step}.json', sums)
             shutil.rmtree(run / 'checkpoints' / str(step), ignore_errors=True)
             partial.rename(run / 'checkpoints' / str(step))
             sums.rename(run / 'checksums' / f'{step}.json')
@@ -541,6 +553,13 @@ def pull_run(url: str, run: str | Path) -> int | None:
             shutil.rmtree(partial, ignore_errors=True)
             for p in (sums, *small.values()): p.unlink(missing_ok=True)
         return step
+
+def _pulled_damage(folder: Path, record: Path) -> str | None:
+    "What differs in a checkpoint folder just copied from a mirror from the checksums copied with it; None if nothing does."
+    try: want = json.loads(record.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e: return f"its checksums file is not valid JSON ({one_line(e)})"
+    try: return _sums_differ(_file_sums(folder), want)
+    except (AttributeError, TypeError, ValueError): return "its checksums file does not list [size, sha256] by file"
 
 # %% ../nbs/06a_runs.ipynb #f37d3e95
 EXPORT_DTYPES = ('float32', 'bfloat16', 'float16')  # what `export_run` can round the parameters to

@@ -542,3 +542,26 @@ def test_eval_beside_a_live_run_reads_the_newest_checkpoint(tmp_path, run20, mon
     monkeypatch.setattr(runs, "read_params", rotating)
     *_, at = runs.load_run(run)
     assert (calls, at) == ([20, 30], 30)
+
+
+def test_a_damaged_mirror_gives_its_newest_good_checkpoint(tmp_path, data_dir, run20, capsys):
+    """A mirror whose newest checkpoint is damaged, or has lost its files: the pull verifies each step against its
+    checksums, says which one is damaged and takes the one before (training restarted from step 0); a mirror with no
+    whole checkpoint is one line."""
+    from sgatlin_nb.runs import checkpoint_damage, pull_run, push_run
+    mirror = tmp_path / "mirror"
+    url = f"file://{mirror}"
+    for step in (10, 20): push_run(run20, url, step)
+    part = max((p for p in (mirror / "checkpoints" / "20").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    part.write_bytes(part.read_bytes()[:-1] + bytes([part.read_bytes()[-1] ^ 1]))
+    out = tmp_path / "out"
+    assert pull_run(url, out) == 10 and checkpoint_steps(out) == [10] and checkpoint_damage(out, 10) is None
+    assert f"note: checkpoint 20 of the mirror {url} is damaged ({part.relative_to(mirror / 'checkpoints' / '20')} changed since it was written" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "checksums", "metrics.jsonl", "run.json", "samples.txt", "tokenizer.json"]
+    shutil.rmtree(mirror / "checkpoints" / "20")  # its files gone, its checksums still there
+    assert pull_run(url, tmp_path / "out2") == 10 and "none of its files are there" in capsys.readouterr().err
+    shutil.rmtree(mirror / "checkpoints" / "10")
+    with pytest.raises(RunError, match=f"the mirror {url} holds no checkpoint that is whole"):
+        pull_run(url, tmp_path / "out3")
+    assert not (tmp_path / "out3" / "run.json").exists()
