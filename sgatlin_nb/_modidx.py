@@ -76,6 +76,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'sgatlin_nb.cli._layer_index': ('cli.html#_layer_index', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._layer_numbers': ('cli.html#_layer_numbers', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._not_a_run': ('cli.html#_not_a_run', 'sgatlin_nb/cli.py'),
+                                'sgatlin_nb.cli._not_a_stream': ('cli.html#_not_a_stream', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._not_into_a_run': ('cli.html#_not_into_a_run', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._renamed': ('cli.html#_renamed', 'sgatlin_nb/cli.py'),
                                 'sgatlin_nb.cli._results_file': ('cli.html#_results_file', 'sgatlin_nb/cli.py'),

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import shlex
+import stat
 import sys
 import unicodedata
 import urllib.parse
@@ -57,6 +58,9 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
     distributed = init_distributed()  # one task of several under Slurm: join them before any other JAX call
     shortcuts = dict(steps=steps, batch_size=batch_size, lr=lr, tokenizer=tokenizer, fsdp=fsdp or None)  # the same as KEY=VALUE
     cfg = make_config(config, [*overrides, *(f'{k}={v}' for k, v in shortcuts.items() if v is not None)])
+    _not_a_stream(cfg.tokenizer, '--tokenizer')
+    if resume and not mirror and not Path(out).exists() and jax.process_index() == 0:
+        print(f"sgatlin train: note: --resume: {out} does not exist, so a new run starts there", file=sys.stderr)
     window = None
     if profile is not None:
         try: window = tuple(int(x) for x in profile.split(':'))
@@ -72,6 +76,15 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
         print(json.dumps({k: v for k, v in summary.items() if k != 'sample'}, indent=1))
         print('sample:', summary.get('sample', ''))
     return summary
+
+def _not_a_stream(path: str, option: str):
+    """Refuse a FIFO, device or socket where a file is read: opening one waits for a writer that may never come (and
+    Ctrl-C does not end the wait)."""
+    try: mode = os.stat(path).st_mode
+    except (OSError, ValueError): return  # not a path (a tokenizer's name, say), or none there: the reader says so
+    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode) else 'a device'
+        raise RunError(f"{option} {path} is {kind}, not a file: give a tokenizer.json file (or train, sgatlin, gpt2)")
 
 def _exit_task(e: BaseException):
     "End this task of a multi-task run at once: waiting to shut down with a dead peer would only hang until a timeout."

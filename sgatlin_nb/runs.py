@@ -144,6 +144,11 @@ def check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool:
         try: was = TrainConfig.from_dict(old['config']).to_dict()  # fields added since the run was made take their defaults
         except (KeyError, TypeError) as e: raise RunError(f"{meta} holds no readable config ({e}): choose another --out") from None
         diff = config_differences({'config': was, 'data': old.get('data')}, {'config': cfg.to_dict(), 'data': data})
+        if diff and all(d.startswith('config.steps ') for d in diff):  # a longer (or shorter) run of the same settings
+            raise RunError(f"{out} holds a run of {was['steps']} steps, and a run cannot be extended: its learning rate "
+                           f"follows a schedule fixed by its steps (warmup, a stable phase, then a square-root decay to 0 at "
+                           f"step {was['steps']}), so resume it with --steps {was['steps']}, or train {cfg.steps} steps as a "
+                           f"new run in another --out")
         if diff:
             raise RunError(f"{out} holds a different run, so it cannot be resumed with these settings (differs in: "
                            f"{'; '.join(d.removeprefix('config.') for d in diff)}): resume it with its own settings or choose another --out")

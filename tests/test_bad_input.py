@@ -159,7 +159,9 @@ def test_resume_with_other_settings_is_refused(tmp_path, data_dir, run20):
     run = _copy(run20, tmp_path)
     before = snapshot(run)
     _fails(_train(run, data_dir, "--steps", "20"), "already holds a run", "--resume")
-    _fails(_refused_train(run, data_dir, "--steps", "30", "--resume"), "differs in: steps (was 20, now 30)")
+    _fails(_refused_train(run, data_dir, "--steps", "30", "--resume"), "holds a run of 20 steps, and a run cannot be extended",
+           "resume it with --steps 20, or train 30 steps as a new run in another --out")  # issue 66: the refusal says how
+    _fails(_refused_train(run, data_dir, "--steps", "30", "lr=0.01", "--resume"), "differs in: lr (was 0.003, now 0.01); steps (was 20, now 30)")
     _fails(_refused_train(run, data_dir, "--steps", "20", "--resume", "--tokenizer", "gpt2"),
            "tokenizer (was 'sgatlin', now 'gpt2')")
     _fails(_refused_train(run, data_dir, "--steps", "20", "--resume", data="tinystories-valid"),
@@ -565,3 +567,18 @@ def test_a_damaged_mirror_gives_its_newest_good_checkpoint(tmp_path, data_dir, r
     with pytest.raises(RunError, match=f"the mirror {url} holds no checkpoint that is whole"):
         pull_run(url, tmp_path / "out3")
     assert not (tmp_path / "out3" / "run.json").exists()
+
+
+def test_a_fifo_tokenizer_is_one_line(tmp_path, data_dir):
+    "`--tokenizer FIFO` waited for a writer forever (Ctrl-C did not end it): now one line, before anything is written."
+    fifo = tmp_path / "tok.fifo"
+    os.mkfifo(fifo)
+    _fails(run_sgatlin(["train", "--config", "test-tiny", "--steps", "2", "--quiet", "--out", str(tmp_path / "r"),
+                        "--tokenizer", str(fifo)], data_dir, timeout=90), f"--tokenizer {fifo} is a FIFO, not a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tok.fifo"]
+
+
+def test_resume_into_a_missing_folder_says_it_starts_a_new_run(tmp_path, data_dir):
+    "`--resume` into a folder that does not exist (and no --mirror) starts a new run, and now says so."
+    res = _refused_train(tmp_path / "new", data_dir, "--steps", "2", "--resume")
+    assert res.returncode == 0 and f"note: --resume: {tmp_path / 'new'} does not exist, so a new run starts there" in res.stderr, res.stderr
