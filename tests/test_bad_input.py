@@ -474,6 +474,25 @@ def test_a_mirror_that_holds_anything_but_this_run_is_refused(tmp_path, data_dir
     assert snapshot(mirror) == before and not (tmp_path / "new").exists()
 
 
+
+def test_a_mirror_without_or_with_a_damaged_run_json(tmp_path, data_dir, run20):
+    """A mirror that lost its run.json filled the empty --out and then blamed it; one whose run.json is damaged gave a
+    JSON error naming no file. Both are now one line naming the mirror, before anything is copied."""
+    from sgatlin_nb.runs import push_run
+    mirror = tmp_path / "mirror"
+    url = f"file://{mirror}"
+    push_run(run20, url, 20)
+    (mirror / "run.json").unlink()
+    before = snapshot(mirror)
+    _fails(_refused_train(tmp_path / "out", data_dir, "--steps", "20", "--resume", "--mirror", url),
+           f"the mirror {url} holds checkpoints, checksums, metrics.jsonl, samples.txt, tokenizer.json but no run.json")
+    (mirror / "run.json").write_text("{cut")
+    _fails(_refused_train(tmp_path / "out", data_dir, "--steps", "20", "--resume", "--mirror", url),
+           f"the mirror {url} holds no readable run.json (Expecting property name")
+    (mirror / "run.json").unlink()
+    assert snapshot(mirror) == before and not (tmp_path / "out").exists()
+
+
 def test_two_runs_on_one_mirror_cannot_delete_each_others_checkpoints(tmp_path, data_dir, run20):
     """A run started on an empty mirror leaves a lock there naming its process; a second run on that mirror (a real
     `sgatlin train` holds it) is refused in one line and copies nothing, and so is a push. Once the holder has

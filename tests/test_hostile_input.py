@@ -438,3 +438,12 @@ def test_odd_characters_and_an_empty_sentence_are_one_line(tmp_path, capsys, arg
     if "--out" not in argv: argv += ["--out", str(tmp_path / "r")]
     _refused(capsys, argv, *(n.format(tmp=tmp_path) for n in needles))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["neighbours", "The dog."], ["usage", "--run", str(reference_run())], ["graph", "The dog"]])
+def test_an_out_that_is_a_file_is_named(tmp_path, capsys, command):
+    "A file where a command writes its folder: one line saying so (it was a raw `[Errno 17] File exists`), the file kept."
+    mine = tmp_path / "afile"
+    mine.write_text("mine")
+    _refused(capsys, [*command, "--out", str(mine)], f"--out {mine} is a file, not a folder")
+    assert mine.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
