@@ -45,3 +45,32 @@ def test_gpu_bench_mini(tmp_path):
              "attention xla", "two gradient evaluations"]
     at = [("\n" + proc.stdout).find("\n" + l) for l in lines]  # each at the start of a line
     assert all(i >= 0 for i in at) and at == sorted(at), (at, proc.stdout)
+
+
+def test_gpu_profile_mini(tmp_path):
+    "`benchmarks/gpu_profile.py --mini`: every part of the GPU window's profile at toy sizes, the GPU kernels interpreted."
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), "--mini", "--reps", "2", "--steps", "2",
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "gpu_profile_cpu_mini.json").read_text())
+    assert res["mini"] and res["skipped"] == [] and res["errors"] == [], (res["skipped"], res["errors"])
+    steps = res["step"]
+    assert sorted(steps) == sorted(["sgatlin", "sgatlin, wide kernels", "sgatlin, as timed", "swiglu twin"])
+    assert all(r["s_per_step"] > 0 and r["loss"] > 0 for r in steps.values())
+    assert steps["swiglu twin"]["vs_twin"] == 1.0
+    # the three sgatlin designs train the same model on the same rows: the same loss but for rounding (the timed design
+    # read its tables in float32, the others in bfloat16)
+    for name in ("sgatlin, wide kernels", "sgatlin, as timed"):
+        assert abs(steps[name]["loss"] / steps["sgatlin"]["loss"] - 1) < 1e-2, (name, steps[name]["loss"], steps["sgatlin"]["loss"])
+    for name in ("sgatlin", "sgatlin, wide kernels"):  # the profiler's trace reduced to totals
+        prof = res["profile"][name]
+        assert prof["steps"] == 3 and prof["kernels"] and prof["total_us"] >= prof["kernels"][0]["us"] > 0
+    k = res["kernels"]
+    assert all(d < 1e-5 for d in k["wide_vs_tiles"].values()), k["wide_vs_tiles"]  # wide tiles and tiles give the same sums
+    assert k["rows"]["structured"]["distinct"] < k["rows"]["uniform"]["distinct"]   # structured rows concentrate
+    timed = [n for n in k if n not in ("rows", "wide_vs_tiles")]
+    assert len(timed) == 2 * 2 * 5 and all(k[n]["us"] > 0 for n in timed)
+    assert sorted(res["depth 1"]) == ["sgatlin", "swiglu twin"] and res["depth 1"]["sgatlin"]["n_layers"] == 1
+    assert sorted(res["decode"]) == sorted(f"{m}, batch {b}" for m in ("sgatlin", "swiglu twin", "moe") for b in (1, 64))
+    assert all(r["tokens_per_s"] > 0 for r in res["decode"].values())
