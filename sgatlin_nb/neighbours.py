@@ -261,6 +261,7 @@ def write_neighbours(
     table = neighbour_table(model, tokenizer, circuits, sentence, layer=layer, k=k, focus=focus, width=width)
     chart = neighbour_chart(table, f'layer {circuits.layer(layer) + 1} of {cfg.model.n_layers}: nearest circuits in '
                                    f'{circuits.manifest["dataset"]["name"]}')
+    refuse_existing(paths.values(), overwrite, 'sgatlin neighbours')  # again: files another query wrote meanwhile stay
     out.mkdir(parents=True, exist_ok=True)
     with into_place(paths['table']) as tmp: table.to_csv(tmp, index=False)
     for kind in ('html', 'png'):

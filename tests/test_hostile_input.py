@@ -447,3 +447,16 @@ def test_an_out_that_is_a_file_is_named(tmp_path, capsys, command):
     mine.write_text("mine")
     _refused(capsys, [*command, "--out", str(mine)], f"--out {mine} is a file, not a folder")
     assert mine.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_neighbours_written_meanwhile_are_not_replaced(tmp_path, capsys, monkeypatch):
+    "Files another query wrote into --out while this one computed are not replaced without --overwrite: one line, kept."
+    import sgatlin_nb.neighbours as neighbours
+    out, real = tmp_path / "nb", neighbours.neighbour_chart
+    def another_query_meanwhile(*args, **kwargs):
+        out.mkdir(exist_ok=True)
+        (out / "neighbours.csv").write_text("the other query's")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(neighbours, "neighbour_chart", another_query_meanwhile)
+    _refused(capsys, ["neighbours", "The dog was happy.", "--out", str(out), "--quiet"], f"{out / 'neighbours.csv'} already exists")
+    assert (out / "neighbours.csv").read_text() == "the other query's" and sorted(p.name for p in out.iterdir()) == ["neighbours.csv"]
