@@ -26,7 +26,7 @@ each figure as it comes, and the JSON is rewritten after each; a figure that nee
 4. Each sparse kernel alone at s6's per-device sizes (32,768 tokens, C·k = 128 selections, bfloat16 tables): the two
    gathers and the table gradient of 01a_kernels, and the gate's backward pass; microseconds, GB/s and FLOP/byte against
    the HBM roofline, and the GPU kernels against the CPU kernels on the same device, outputs compared.
-5. The layer alone, forward+backward in bfloat16 (parameters float32), at the per-device sizes of the paper's rungs
+5. The layer alone, forward (its output kept) and backward in bfloat16 (parameters float32), at the per-device sizes of the paper's rungs
    s4, s6 and s8: sgatlin with its GPU kernels (interpreted with --mini on a CPU) and with its CPU kernels, the
    authors' formulation in float32 as theirs is (gather the selected rows, two einsums, autodiff), and the SwiGLU of
    equal forward FLOPs, timed interleaved (A B C A B C ...), best of `--reps`; compare ratios within a run.
@@ -72,7 +72,7 @@ def layer_configs(scale: int, mini: bool):
 
 
 def layer_fns(sg, twin, n_tokens: int):
-    "Jitted forward+backward (gradients of every parameter and of x) of each variant, and their inputs."
+    "Jitted forward+backward (the loss, and the gradients of every parameter and of x) of each variant, and their inputs."
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -92,7 +92,9 @@ def layer_fns(sg, twin, n_tokens: int):
             else:
                 y = m(x)
             return jnp.sum(y.astype(jnp.float32) * ct)
-        out[name] = (jax.jit(jax.grad(loss, argnums=(0, 1))), params)
+        # the loss beside the gradients: the forward output is then computed, as in training (with jax.grad alone XLA
+        # drops the forward gather_combine, which the H200's layer figures of 2026-11-28 therefore left out)
+        out[name] = (jax.jit(jax.value_and_grad(loss, argnums=(0, 1))), params)
     return out, x
 
 
