@@ -7,9 +7,9 @@ __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_
            'terminal_safe', 'config_differences', 'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager',
            'checkpoint_steps', 'write_checksums', 'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint',
            'set_aside', 'MetricsLog', 'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_errors',
-           'mirror_fs', 'mirror_steps', 'push_run', 'check_mirror', 'pull_run', 'exported', 'export_run',
-           'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'use_bundle_file',
-           'chart_html', 'offline_charts']
+           'mirror_fs', 'mirror_steps', 'push_run', 'release_mirror', 'check_mirror', 'pull_run', 'exported',
+           'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart',
+           'use_bundle_file', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -359,6 +359,7 @@ def _rotated(run: Path, step: int, wait: float = 2.0) -> list[int]:
 MIRRORED = ('run.json', 'tokenizer.json', 'metrics.jsonl', 'samples.txt')  # beside the checkpoints; data/ is made again
 MIRROR_LOCK = 'lock.json'  # in the mirror: the process that writes it (host, process id, command), for anyone to see
 _WRITER = uuid.uuid4().hex  # this process, as the mirror's lock names it
+_HELD: set[str] = set()  # the mirrors whose lock this process wrote: `release_mirror` removes only those
 
 @contextlib.contextmanager
 def mirror_errors(url: str):
@@ -428,6 +429,7 @@ def _hold_mirror(fs, root: str, url: str, take_over: bool = False):
             'command': ' '.join(' '.join(sys.argv).split())[:300]}
     fs.makedirs(root, exist_ok=True)
     fs.pipe_file(f'{root}/{MIRROR_LOCK}', json.dumps(mine).encode())
+    _HELD.add(url)
     time.sleep(0.2)  # two writers that start together: the lock written last stays, and the other one sees it
     fs.invalidate_cache()
     if (now := _mirror_lock(fs, root)) is None or now.get('writer') != _WRITER:
@@ -459,6 +461,22 @@ def push_run(run: str | Path, url: str, step: int,
             if s not in kept:
                 fs.rm_file(f'{root}/checksums/{s}.json')  # first: the step stops counting before its files go
                 with contextlib.suppress(FileNotFoundError): fs.rm(f'{root}/checkpoints/{s}', recursive=True)
+
+def release_mirror(url: str):
+    """Remove the lock of the mirror at `url` if this process wrote it and it is still its own: called when training ends,
+    however it ends. A lock another writer holds stays; a mirror this process cannot reach now keeps the lock, with a note
+    (the next run on this host replaces a lock whose process has ended). Raises nothing: the run's own outcome is what counts."""
+    if url not in _HELD: return  # never held (refused, or another writer's): nothing of this process's to remove
+    _HELD.discard(url)
+    try:
+        with mirror_errors(url):
+            fs, root = mirror_fs(url)
+            fs.invalidate_cache()
+            if (lock := _mirror_lock(fs, root)) is not None and lock.get('writer') == _WRITER:
+                fs.rm_file(f'{root}/{MIRROR_LOCK}')
+    except Exception as e:
+        print(f"note: {url}/{MIRROR_LOCK} could not be removed ({one_line(e)}); a run started later on this host replaces it",
+              file=sys.stderr)
 
 def _mirror_run(fs, root: str, url: str) -> dict:
     "The mirror's `run.json`, read; `RunError` naming it if it cannot be."

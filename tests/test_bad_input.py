@@ -601,3 +601,27 @@ def test_resume_into_a_missing_folder_says_it_starts_a_new_run(tmp_path, data_di
     "`--resume` into a folder that does not exist (and no --mirror) starts a new run, and now says so."
     res = _refused_train(tmp_path / "new", data_dir, "--steps", "2", "--resume")
     assert res.returncode == 0 and f"note: --resume: {tmp_path / 'new'} does not exist, so a new run starts there" in res.stderr, res.stderr
+
+
+def test_a_run_that_ends_releases_its_mirror_lock(tmp_path, data_dir, monkeypatch):
+    """The mirror's lock.json stayed after the run that wrote it had ended, so the bucket seemed in use by a run that no
+    longer was. Now a run that ends (its last step, or an error) removes the lock if it is still its own; a run resumed
+    from that mirror into a new folder then works, and leaves no lock either."""
+    from sgatlin_nb.data import DataError
+    mirror = tmp_path / "mirror"
+    url = f"file://{mirror}"
+    res = _train(tmp_path / "a", data_dir, "--steps", "2", "--mirror", url)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not (mirror / "lock.json").exists() and mirror_steps_of(mirror) == [2]
+    res = _refused_train(tmp_path / "b", data_dir, "--steps", "2", "--resume", "--mirror", url)
+    assert res.returncode == 0 and checkpoint_steps(tmp_path / "b") == [2], res.stderr[-2000:]
+    assert not (mirror / "lock.json").exists()
+    def no_data(*args, **kwargs): raise DataError("no data here")  # an error once the run holds the mirror
+    monkeypatch.setattr(train_mod, "prepare_data", no_data)
+    before = snapshot(mirror)
+    _fails(_refused_train(tmp_path / "c", data_dir, "--steps", "2", "--resume", "--mirror", url), "no data here")
+    assert snapshot(mirror) == before
+
+
+def mirror_steps_of(mirror: Path) -> list[int]:
+    return sorted(int(p.stem) for p in (mirror / "checksums").glob("*.json"))
