@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from .neighbours import NeighbourIndex
 from .record import CircuitDB, gating_vectors
-from .runs import into_place, refuse_existing, save_chart
+from .runs import into_place, refuse_existing, save_chart, writing_lock
 
 # %% ../nbs/12_embedding.ipynb #520e7ba5
 def frequent_tokens(db: CircuitDB, n: int) -> tuple[pd.DataFrame, np.ndarray]:
@@ -203,23 +203,24 @@ def write_map(
     "Write the circuit map of a database and the purity of its token groups per layer into `out`; returns the files."
     out = Path(out)
     files = {'points': out / 'points.csv', 'purity': out / 'purity.csv', 'html': out / 'map.html'} | ({'png': out / 'map.png'} if png else {})
-    refuse_existing(files.values(), overwrite, 'sgatlin map')
-    db = db if isinstance(db, CircuitDB) else CircuitDB(db)
-    out.mkdir(parents=True, exist_ok=True)
-    points = circuit_map(db, n_top=n_top, **kw)
-    top, rows = frequent_tokens(db, n_top)
-    top['group'] = top.token.map(token_group)
-    ids = db.tokens.token_id.to_numpy()[rows]
-    tables = []
-    for l in points.attrs['layers']:
-        ch = points.attrs['channels']
-        g = tuple(a[rows] if ch is None else a[rows][:, list(ch)] for a in db.gates(l))
-        near = other_token_neighbours(NeighbourIndex.from_gates(*g, db.d_ffw, ids), *g, ids, k)
-        tables.append(purity_table(near, pd.Index(top.token_id).get_indexer(ids), top.group.to_numpy()).assign(layer=l + 1))
-    with into_place(files['points']) as tmp: points.to_csv(tmp, index=False)
-    with into_place(files['purity']) as tmp: pd.concat(tables).rename_axis('group').reset_index().to_csv(tmp, index=False)
-    chart = map_chart(points, by=by)
-    with alt.data_transformers.disable_max_rows():
-        for kind in ('html', 'png'):
-            if kind in files: save_chart(chart, files[kind])  # Vega's scripts inline: the map draws offline
-    return files
+    with writing_lock(out, 'sgatlin map'):  # one writer at a time: a second map on this --out is refused, naming the first
+        refuse_existing(files.values(), overwrite, 'sgatlin map')
+        db = db if isinstance(db, CircuitDB) else CircuitDB(db)
+        out.mkdir(parents=True, exist_ok=True)
+        points = circuit_map(db, n_top=n_top, **kw)
+        top, rows = frequent_tokens(db, n_top)
+        top['group'] = top.token.map(token_group)
+        ids = db.tokens.token_id.to_numpy()[rows]
+        tables = []
+        for l in points.attrs['layers']:
+            ch = points.attrs['channels']
+            g = tuple(a[rows] if ch is None else a[rows][:, list(ch)] for a in db.gates(l))
+            near = other_token_neighbours(NeighbourIndex.from_gates(*g, db.d_ffw, ids), *g, ids, k)
+            tables.append(purity_table(near, pd.Index(top.token_id).get_indexer(ids), top.group.to_numpy()).assign(layer=l + 1))
+        with into_place(files['points']) as tmp: points.to_csv(tmp, index=False)
+        with into_place(files['purity']) as tmp: pd.concat(tables).rename_axis('group').reset_index().to_csv(tmp, index=False)
+        chart = map_chart(points, by=by)
+        with alt.data_transformers.disable_max_rows():
+            for kind in ('html', 'png'):
+                if kind in files: save_chart(chart, files[kind])  # Vega's scripts inline: the map draws offline
+        return files

@@ -328,38 +328,39 @@ def write_graph(model: Transformer, tokenizer, prompt: str, out: str | Path,
                 bos: int | None = None,        # token id put before the prompt (the reference model's stories begin with one)
                 overwrite: bool = False, scan: str = 'sgatlin') -> dict:
     "Make `prompt`'s attribution graph, prune it, and write `out/graph.json` (circuit-tracer's format) and `out/graph.html`; returns a summary."
-    from sgatlin_nb.runs import RunError, into_place, refuse_existing
+    from sgatlin_nb.runs import RunError, into_place, refuse_existing, writing_lock
     out = Path(out)
-    refuse_existing([out / 'graph.json', out / 'graph.html'], overwrite, 'the graph')
-    ids = ([] if bos is None else [int(bos)]) + tokenizer.encode(prompt).ids
-    if len(ids) < 1 + (bos is not None): raise RunError("the prompt is empty: give some text")
-    if len(ids) > model.cfg.seq_len: raise RunError(f"the prompt has {len(ids)} tokens; the model reads at most {model.cfg.seq_len}")
-    need, have = graph_memory(model.cfg, len(ids)), available_memory()
-    if have is not None and need > have:
-        raise RunError(f"a graph of {len(ids)} tokens needs about {need / 2**30:.1f} GiB of memory ({graph_nodes(model.cfg, len(ids)):,} "
-                       f"nodes, a dense matrix of every pair), and {have / 2**30:.1f} GiB are available here: give a shorter prompt")
-    target_id = None
-    if target is not None:
-        enc = tokenizer.encode(target).ids
-        if len(enc) != 1:
-            raise RunError(f"--target must be one token, {target!r} is {len(enc)}: "
-                           f"{[tokenizer.id_to_token(t) for t in enc]} (mind the leading space, e.g. ' slow')")
-        target_id = enc[0]
-    t0 = time.perf_counter()
-    full = attribution_graph(model, ids, target_id, tokenizer)
-    seconds = time.perf_counter() - t0
-    graph = (prune_graph(full, *prune) if prune is not None else  # None: every node and edge, with its influence
-             dataclasses.replace(full, nodes=full.nodes.assign(influence=node_influence(full).astype(np.float32))))
-    payload = to_circuit_tracer(graph, model.cfg.ffw.d_ffw, slug=Path(out).name, scan=scan,
-                                node_share=None if prune is None else prune[0])
-    summary = {'prompt': prompt, 'target': full.target_text, 'probability': full.probability,
-               'completeness_error': completeness_error(full), 'nodes': len(full.nodes), 'edges': int(np.count_nonzero(full.adjacency)),
-               'kept_nodes': len(graph.nodes), 'kept_edges': int(np.count_nonzero(graph.adjacency)), 'seconds': seconds}
-    out.mkdir(parents=True, exist_ok=True)
-    with into_place(out / 'graph.json') as tmp: tmp.write_text(json.dumps(payload))
-    note = (f"{summary['kept_nodes']} of {summary['nodes']} nodes and {summary['kept_edges']:,} of {summary['edges']:,} edges "
-            f"({'all' if prune is None else f'node share {prune[0]:g}, edge share {prune[1]:g}'}); every value equals the sum of its "
-            f"incoming edges to {summary['completeness_error']:.0e} of the largest.")
-    with into_place(out / 'graph.html') as tmp:
-        tmp.write_text(graph_html(graph, f"{prompt!r} → {full.target_text!r}", neuron_href, note), encoding='utf-8')
-    return summary
+    with writing_lock(out, 'sgatlin graph'):  # one writer at a time: a second graph on this --out is refused, naming the first
+        refuse_existing([out / 'graph.json', out / 'graph.html'], overwrite, 'the graph')
+        ids = ([] if bos is None else [int(bos)]) + tokenizer.encode(prompt).ids
+        if len(ids) < 1 + (bos is not None): raise RunError("the prompt is empty: give some text")
+        if len(ids) > model.cfg.seq_len: raise RunError(f"the prompt has {len(ids)} tokens; the model reads at most {model.cfg.seq_len}")
+        need, have = graph_memory(model.cfg, len(ids)), available_memory()
+        if have is not None and need > have:
+            raise RunError(f"a graph of {len(ids)} tokens needs about {need / 2**30:.1f} GiB of memory ({graph_nodes(model.cfg, len(ids)):,} "
+                           f"nodes, a dense matrix of every pair), and {have / 2**30:.1f} GiB are available here: give a shorter prompt")
+        target_id = None
+        if target is not None:
+            enc = tokenizer.encode(target).ids
+            if len(enc) != 1:
+                raise RunError(f"--target must be one token, {target!r} is {len(enc)}: "
+                               f"{[tokenizer.id_to_token(t) for t in enc]} (mind the leading space, e.g. ' slow')")
+            target_id = enc[0]
+        t0 = time.perf_counter()
+        full = attribution_graph(model, ids, target_id, tokenizer)
+        seconds = time.perf_counter() - t0
+        graph = (prune_graph(full, *prune) if prune is not None else  # None: every node and edge, with its influence
+                 dataclasses.replace(full, nodes=full.nodes.assign(influence=node_influence(full).astype(np.float32))))
+        payload = to_circuit_tracer(graph, model.cfg.ffw.d_ffw, slug=Path(out).name, scan=scan,
+                                    node_share=None if prune is None else prune[0])
+        summary = {'prompt': prompt, 'target': full.target_text, 'probability': full.probability,
+                   'completeness_error': completeness_error(full), 'nodes': len(full.nodes), 'edges': int(np.count_nonzero(full.adjacency)),
+                   'kept_nodes': len(graph.nodes), 'kept_edges': int(np.count_nonzero(graph.adjacency)), 'seconds': seconds}
+        out.mkdir(parents=True, exist_ok=True)
+        with into_place(out / 'graph.json') as tmp: tmp.write_text(json.dumps(payload))
+        note = (f"{summary['kept_nodes']} of {summary['nodes']} nodes and {summary['kept_edges']:,} of {summary['edges']:,} edges "
+                f"({'all' if prune is None else f'node share {prune[0]:g}, edge share {prune[1]:g}'}); every value equals the sum of its "
+                f"incoming edges to {summary['completeness_error']:.0e} of the largest.")
+        with into_place(out / 'graph.html') as tmp:
+            tmp.write_text(graph_html(graph, f"{prompt!r} → {full.target_text!r}", neuron_href, note), encoding='utf-8')
+        return summary

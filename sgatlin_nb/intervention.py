@@ -28,7 +28,7 @@ from scipy.optimize import linear_sum_assignment
 
 from .data import EOT, PAIRED, read_texts
 from .model import SITES, Transformer
-from .runs import RunError, exported, into_place, load_run, refuse_existing, save_chart
+from .runs import RunError, exported, into_place, load_run, refuse_existing, save_chart, writing_lock
 
 # %% ../nbs/13_intervention.ipynb #5e2b15aa
 PAPER_NOUNS = {'ground': 'icy', 'turtle': 'slow', 'door': 'open', 'doctor': 'nice',
@@ -441,35 +441,36 @@ def patch_experiment(run: str | Path,                # run directory (from `sgat
     given = pairs
     out = Path(out) if out is not None else Path(run) / 'intervention'
     files = {n: out / n for n in ('pairs.csv', 'per_pair.csv', 'nie.csv', 'nie.png', 'nie.html')}
-    refuse_existing(files.values(), overwrite, 'sgatlin patch')
-    if pairs is not None:
-        pairs = [KnowledgePair(*p) for p in pairs]
-        if len(pairs) < 2: raise RunError(f"need 2 or more given noun-adjective pairs, got {len(pairs)}")
-    elif nouns == 'paper':
-        pairs = [KnowledgePair(n, a, 0) for n, a in PAPER_NOUNS.items()]  # count 0: taken as given, not counted
-    else:
-        texts = (t for c in (corpora or [training_corpus(run)]) for t in read_texts(c))  # streamed: corpora can be large
-        pairs = match_pairs(single_token_pairs(template_pairs(texts, parser), tokenizer), min_count)
-        if len(pairs) < 2:
-            raise RunError(f"found {len(pairs)} noun-adjective pair(s) seen at least {min_count} times with one-token "
-                           f"words; need 2 or more: lower --min-count or add corpora")
-    model = nnx.merge(graphdef, params)
-    res = patch_rows(model, noun_adjective_rows(pairs), tokenizer, bos=bos_id(tokenizer) if bos else None,
-                     n_boot=n_boot, seed=seed, cells_per_step=cells_per_step, site=site)
-    table, pairs_Px2 = res.table, counterfactual_pairs(len(pairs))  # the rows' order
-    out.mkdir(parents=True, exist_ok=True)
-    with into_place(files['pairs.csv']) as tmp: pd.DataFrame(pairs).to_csv(tmp, index=False)
-    nie_MxP = normalized_indirect_effect(res.diffs)
-    per_pair = pd.DataFrame({'clean': [pairs[i].noun for i in pairs_Px2[:, 0]],
-                             'patch': [pairs[j].noun for j in pairs_Px2[:, 1]],
-                             'm_clean': res.diffs.clean, 'm_patch': res.diffs.patch, 'known': known_pairs(res.diffs)})
-    for m, (l, t) in enumerate(zip(table.layer, table.position)):
-        per_pair[f'nie[{l}|{t}]'] = nie_MxP[m]
-    with into_place(files['per_pair.csv']) as tmp: per_pair.to_csv(tmp, index=False)
-    with into_place(files['nie.csv']) as tmp:
-        table.assign(step=at, nouns=nouns if given is None else 'given', site=site).to_csv(tmp, index=False)
-    chart = alt.hconcat(nie_bars(table, title=f'NIE per layer, patching {site}: {Path(run).name}, step {at}'),
-                        nie_heatmap(table, title=f'Patching {site}, over the known pairs, every cell'))
-    save_chart(chart, files['nie.png'])
-    save_chart(chart, files['nie.html'], inline=False)
-    return table
+    with writing_lock(out, 'sgatlin patch'):  # one writer at a time: a second patch on this --out is refused, naming the first
+        refuse_existing(files.values(), overwrite, 'sgatlin patch')
+        if pairs is not None:
+            pairs = [KnowledgePair(*p) for p in pairs]
+            if len(pairs) < 2: raise RunError(f"need 2 or more given noun-adjective pairs, got {len(pairs)}")
+        elif nouns == 'paper':
+            pairs = [KnowledgePair(n, a, 0) for n, a in PAPER_NOUNS.items()]  # count 0: taken as given, not counted
+        else:
+            texts = (t for c in (corpora or [training_corpus(run)]) for t in read_texts(c))  # streamed: corpora can be large
+            pairs = match_pairs(single_token_pairs(template_pairs(texts, parser), tokenizer), min_count)
+            if len(pairs) < 2:
+                raise RunError(f"found {len(pairs)} noun-adjective pair(s) seen at least {min_count} times with one-token "
+                               f"words; need 2 or more: lower --min-count or add corpora")
+        model = nnx.merge(graphdef, params)
+        res = patch_rows(model, noun_adjective_rows(pairs), tokenizer, bos=bos_id(tokenizer) if bos else None,
+                         n_boot=n_boot, seed=seed, cells_per_step=cells_per_step, site=site)
+        table, pairs_Px2 = res.table, counterfactual_pairs(len(pairs))  # the rows' order
+        out.mkdir(parents=True, exist_ok=True)
+        with into_place(files['pairs.csv']) as tmp: pd.DataFrame(pairs).to_csv(tmp, index=False)
+        nie_MxP = normalized_indirect_effect(res.diffs)
+        per_pair = pd.DataFrame({'clean': [pairs[i].noun for i in pairs_Px2[:, 0]],
+                                 'patch': [pairs[j].noun for j in pairs_Px2[:, 1]],
+                                 'm_clean': res.diffs.clean, 'm_patch': res.diffs.patch, 'known': known_pairs(res.diffs)})
+        for m, (l, t) in enumerate(zip(table.layer, table.position)):
+            per_pair[f'nie[{l}|{t}]'] = nie_MxP[m]
+        with into_place(files['per_pair.csv']) as tmp: per_pair.to_csv(tmp, index=False)
+        with into_place(files['nie.csv']) as tmp:
+            table.assign(step=at, nouns=nouns if given is None else 'given', site=site).to_csv(tmp, index=False)
+        chart = alt.hconcat(nie_bars(table, title=f'NIE per layer, patching {site}: {Path(run).name}, step {at}'),
+                            nie_heatmap(table, title=f'Patching {site}, over the known pairs, every cell'))
+        save_chart(chart, files['nie.png'])
+        save_chart(chart, files['nie.html'], inline=False)
+        return table

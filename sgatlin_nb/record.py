@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import tempfile
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +36,7 @@ from tqdm import tqdm
 from .baselines import FFWConfig
 from .data import PAD, new_file_mode, packed_ids, eot_id, read_texts, tokenizer_hash
 from .model import GATED_KINDS, Transformer
-from .runs import load_run
+from .runs import load_run, writing_lock
 from .reference import reference_run
 
 # %% ../nbs/10_record.ipynb #69637ab7
@@ -214,7 +213,7 @@ def build_circuit_db(
     out = Path(out)
     _check_out(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _writing_lock(out):  # one writer at a time: a second `record` on this `out` is refused, naming the first
+    with writing_lock(out, 'sgatlin record'):  # one writer at a time: a second `record` on this `out` is refused, naming the first
         _check_out(out, overwrite)  # again, now that no other writer can change it
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.partial'))  # new: no folder of the user's is reused
         L = model.cfg.n_layers
@@ -238,24 +237,6 @@ def build_circuit_db(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # an interrupted build leaves nothing behind, and `out` untouched
     return CircuitDB(out)
-
-@contextlib.contextmanager
-def _writing_lock(out: Path, what: str = 'sgatlin record'):
-    """Hold `.<name>.lock` beside `out` while `out` is written: a second writer gets a `ValueError` in one line that names
-    the first (process and host). The lock file goes when the writing ends."""
-    path = out.parent / f'.{out.name}.lock'
-    f = open(path, 'a+')
-    try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0); holder = f.read().strip() or 'another process'
-        f.close()
-        raise ValueError(f"out={out} is being written by {holder}: wait for it to finish or choose another directory") from None
-    try:
-        f.seek(0); f.truncate(); f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        f.close()
 
 # %% ../nbs/10_record.ipynb #7499d849
 def gating_vectors(

@@ -8,8 +8,8 @@ __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_
            'checkpoint_steps', 'write_checksums', 'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint',
            'set_aside', 'MetricsLog', 'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_errors',
            'mirror_fs', 'mirror_steps', 'push_run', 'release_mirror', 'check_mirror', 'pull_run', 'exported',
-           'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'save_chart',
-           'use_bundle_file', 'chart_html', 'offline_charts']
+           'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'writing_lock',
+           'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -726,6 +726,34 @@ def refuse_existing(paths, overwrite: bool = False, what: str = 'it'):
     for p in map(Path, paths):
         if p.exists() or p.is_symlink():
             raise RunError(f"{p} already exists: {what} would replace it. Choose another --out, or pass --overwrite")
+
+@contextlib.contextmanager
+def writing_lock(out: str | Path, what: str):
+    """Hold `.NAME.lock` beside the folder `out` while `what` (e.g. 'sgatlin map') writes it: a second writer gets a
+    `RunError` in one line naming the first (command, process, host). The lock file goes when the writing ends. Where
+    the parent folder cannot be written, a folder that exists holds its own lock (`.sgatlin-writing.lock`)."""
+    full = Path(os.path.abspath(out))  # `.` and `..` have no name of their own: their lock is named after the folder
+    full.parent.mkdir(parents=True, exist_ok=True)
+    path = full.parent / f".{full.name or 'root'}.lock"
+    if not os.access(full.parent, os.W_OK) and full.is_dir(): path = full / '.sgatlin-writing.lock'
+    while True:
+        f = open(path, 'a+')
+        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0); holder = f.read().strip() or 'another process'
+            f.close()
+            raise RunError(f"out={out} is being written by {terminal_safe(holder)}: wait for it to finish or choose "
+                           f"another --out") from None
+        try: same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError: same = False
+        if same: break
+        f.close()  # the writer before removed this lock file as it finished: take the one now at `path`
+    try:
+        f.seek(0); f.truncate(); f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        f.close()
 
 def save_chart(chart, path: str | Path, *, inline: bool = True, scale_factor: float = 2):
     "Save an Altair chart as HTML (corpus text escaped: `ScriptSafeJSON`; scripts inline unless `inline=False`) or PNG."

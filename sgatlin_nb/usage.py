@@ -24,7 +24,7 @@ from scipy import stats
 from .data import EOT, PAD, read_texts
 from .layers import check_positive
 from .record import layer_index
-from .runs import into_place, load_run, refuse_existing, save_chart
+from .runs import into_place, load_run, refuse_existing, save_chart, writing_lock
 
 # %% ../nbs/14_usage.ipynb #3ca6041e
 def _flat_indices(indices, d_ffw: int, valid=None):
@@ -318,31 +318,32 @@ def usage_report(run: str | Path,                 # run directory (from `sgatlin
     check_positive(n_stories=n_stories)
     out = Path(out)
     files = {n: out / n for n in ('usage.csv', 'sharing.csv', 'coactivation.csv', 'usage.png', 'usage.html', 'summary.json')}
-    refuse_existing(files.values(), overwrite, 'sgatlin usage')
-    texts = list(read_texts(data))
-    if n_stories > len(texts): raise ValueError(f"n_stories must be at most {len(texts)} (documents in {data}), got {n_stories}")
-    chosen = np.random.default_rng(seed).choice(len(texts), n_stories, replace=False)
-    tokens, valid = encode_stories(tokenizer, [texts[i] for i in chosen], mc.seq_len)
-    indices = record_indices(nnx.merge(graphdef, params), tokens, batch_size)
-    usage = usage_table(indices, tokens, valid, F)
-    co = coactivation(indices[layer], F, range(n_neurons), channel, valid)
-    shares = sharing_table(indices, F, valid, seed)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, table, index in (('usage.csv', usage, False), ('sharing.csv', shares, False),
-                               ('coactivation.csv', pd.DataFrame(co.conditional, index=co.neurons, columns=co.neurons), True)):
-        with into_place(files[name]) as tmp: table.to_csv(tmp, index=index)
-    chart = figure8(co, usage, indices, F, first_occurrences(tokens, valid))
-    save_chart(chart, files['usage.png'])
-    save_chart(chart, files['usage.html'])
-    summary = {'run': str(run), 'step': at, 'data': data, 'n_stories': n_stories, 'tokens': int(valid.sum()),
-               'distinct tokens': int(usage['distinct tokens'].iloc[0]),
-               'fraction used': float(usage['fraction used'].mean()), 'gini': float(usage['gini'].mean()),
-               'gini (distinct tokens)': float(usage['gini (distinct tokens)'].mean()),
-               'uniform gini (distinct tokens)': float(usage['uniform gini (distinct tokens)'].mean()),
-               'gini per sequence (distinct tokens)': float(usage['gini per sequence (distinct tokens)'].mean()),
-               'uniform gini per sequence (distinct tokens)': float(usage['uniform gini per sequence (distinct tokens)'].mean()),
-               'coactivation layer': layer + 1, 'coactivation channel': channel,  # numbered from 1, as on the pages
-               'sharing ratio': float(shares['sharing ratio'].mean()),  # whole channels, all layers
-               'mean coactivation': sharing_summary(co, F)['mean coactivation'].to_dict()}
-    with into_place(files['summary.json']) as tmp: tmp.write_text(json.dumps(summary, indent=1))
-    return summary
+    with writing_lock(out, 'sgatlin usage'):  # one writer at a time: a second report on this --out is refused, naming the first
+        refuse_existing(files.values(), overwrite, 'sgatlin usage')
+        texts = list(read_texts(data))
+        if n_stories > len(texts): raise ValueError(f"n_stories must be at most {len(texts)} (documents in {data}), got {n_stories}")
+        chosen = np.random.default_rng(seed).choice(len(texts), n_stories, replace=False)
+        tokens, valid = encode_stories(tokenizer, [texts[i] for i in chosen], mc.seq_len)
+        indices = record_indices(nnx.merge(graphdef, params), tokens, batch_size)
+        usage = usage_table(indices, tokens, valid, F)
+        co = coactivation(indices[layer], F, range(n_neurons), channel, valid)
+        shares = sharing_table(indices, F, valid, seed)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, table, index in (('usage.csv', usage, False), ('sharing.csv', shares, False),
+                                   ('coactivation.csv', pd.DataFrame(co.conditional, index=co.neurons, columns=co.neurons), True)):
+            with into_place(files[name]) as tmp: table.to_csv(tmp, index=index)
+        chart = figure8(co, usage, indices, F, first_occurrences(tokens, valid))
+        save_chart(chart, files['usage.png'])
+        save_chart(chart, files['usage.html'])
+        summary = {'run': str(run), 'step': at, 'data': data, 'n_stories': n_stories, 'tokens': int(valid.sum()),
+                   'distinct tokens': int(usage['distinct tokens'].iloc[0]),
+                   'fraction used': float(usage['fraction used'].mean()), 'gini': float(usage['gini'].mean()),
+                   'gini (distinct tokens)': float(usage['gini (distinct tokens)'].mean()),
+                   'uniform gini (distinct tokens)': float(usage['uniform gini (distinct tokens)'].mean()),
+                   'gini per sequence (distinct tokens)': float(usage['gini per sequence (distinct tokens)'].mean()),
+                   'uniform gini per sequence (distinct tokens)': float(usage['uniform gini per sequence (distinct tokens)'].mean()),
+                   'coactivation layer': layer + 1, 'coactivation channel': channel,  # numbered from 1, as on the pages
+                   'sharing ratio': float(shares['sharing ratio'].mean()),  # whole channels, all layers
+                   'mean coactivation': sharing_summary(co, F)['mean coactivation'].to_dict()}
+        with into_place(files['summary.json']) as tmp: tmp.write_text(json.dumps(summary, indent=1))
+        return summary

@@ -460,3 +460,42 @@ def test_neighbours_written_meanwhile_are_not_replaced(tmp_path, capsys, monkeyp
     monkeypatch.setattr(neighbours, "neighbour_chart", another_query_meanwhile)
     _refused(capsys, ["neighbours", "The dog was happy.", "--out", str(out), "--quiet"], f"{out / 'neighbours.csv'} already exists")
     assert (out / "neighbours.csv").read_text() == "the other query's" and sorted(p.name for p in out.iterdir()) == ["neighbours.csv"]
+
+
+@pytest.mark.parametrize("command", [["map", "--db", "{tmp}/db"], ["usage", "--run", str(reference_run())],
+                                     ["patch", "--run", str(reference_run())], ["graph", "The dog", "--run", str(reference_run())]],
+                         ids=lambda c: c[0])
+def test_a_writer_is_refused_while_another_writes_its_out(tmp_path, capsys, command):
+    """map, usage, patch and graph took no lock: two on one --out both wrote it, each replacing the other's files. While
+    another writer holds --out, each is now refused in one line naming it, and the folder stays as it was."""
+    from sgatlin_nb.runs import writing_lock
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    with writing_lock(out, "sgatlin map"):  # as a writer that runs holds it
+        _refused(capsys, [c.format(tmp=tmp_path) for c in command] + ["--out", str(out)],
+                 f"out={out} is being written by sgatlin map (pid {os.getpid()} on ", "wait for it to finish")
+    assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_two_graphs_on_one_out(tmp_path, capsys, monkeypatch):
+    """While `graph` writes its --out, a second `graph` on it (a real process of its own) is refused in one line naming
+    the first; the first then writes its graph, and no lock file is left."""
+    import subprocess
+    import sys
+    import sgatlin_nb.graph as graph
+    from conftest import sgatlin_cmd
+    out, seen, real = tmp_path / "g", [], graph.attribution_graph
+    def with_a_second_writer(*args, **kwargs):  # the first writer holds --out: a second process tries the same
+        res = subprocess.run(sgatlin_cmd() + ["graph", "The dog", "--run", str(reference_run()), "--out", str(out)],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        seen.append((res.returncode, res.stderr.strip().splitlines()))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(graph, "attribution_graph", with_a_second_writer)
+    assert main(["graph", "The dog", "--run", str(reference_run()), "--out", str(out)]) == 0
+    [(status, lines)] = seen
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"sgatlin graph: error: out={out} is being written by "
+                                                                   f"sgatlin graph (pid {os.getpid()} on "), lines
+    assert sorted(p.name for p in out.iterdir()) == ["graph.html", "graph.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]  # no lock file left
