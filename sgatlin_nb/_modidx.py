@@ -741,6 +741,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs.push_run': ('runs.html#push_run', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.read_metrics': ('runs.html#read_metrics', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.read_params': ('runs.html#read_params', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs.refuse_current_folder': ('runs.html#refuse_current_folder', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.refuse_existing': ('runs.html#refuse_existing', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.release_mirror': ('runs.html#release_mirror', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.restore_checkpoint': ('runs.html#restore_checkpoint', 'sgatlin_nb/runs.py'),

@@ -40,7 +40,7 @@ from .model import Transformer
 from .neighbours import NeighbourIndex
 from .record import CircuitDB, model_identity, padded_length, reference_circuit_db, token_strings
 from .reference import reference_run
-from .runs import RunError, into_place, load_run, refuse_existing
+from .runs import RunError, into_place, load_run, refuse_current_folder, refuse_existing
 
 # %% ../nbs/17_pages.ipynb #9355c8c6
 def circuit_sql(db: CircuitDB) -> duckdb.DuckDBPyConnection:
@@ -534,6 +534,7 @@ def build_pages(out: str | Path = 'pages',             # folder for the site (cr
     if max_circuits is not None and (not isinstance(max_circuits, int) or max_circuits < 0):
         raise ValueError(f"max_circuits must be a non-negative integer or None (no cap), got {max_circuits!r}")
     out = Path(out)
+    refuse_current_folder(out, 'sgatlin pages', 'pages')
     with _site_lock(out):
         return _build_pages(out, run, db, per_layer, max_circuits, contexts, width, graphs, overwrite, progress, t0)
 

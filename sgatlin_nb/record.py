@@ -36,7 +36,7 @@ from tqdm import tqdm
 from .baselines import FFWConfig
 from .data import PAD, new_file_mode, packed_ids, eot_id, read_texts, tokenizer_hash
 from .model import GATED_KINDS, Transformer
-from .runs import load_run, writing_lock
+from .runs import load_run, refuse_current_folder, writing_lock
 from .reference import reference_run
 
 # %% ../nbs/10_record.ipynb #69637ab7
@@ -211,6 +211,7 @@ def build_circuit_db(
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     out = Path(out)
+    refuse_current_folder(out, 'sgatlin record', 'circuits')
     _check_out(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     with writing_lock(out, 'sgatlin record'):  # one writer at a time: a second `record` on this `out` is refused, naming the first
@@ -400,6 +401,7 @@ def record_run(
     progress: bool = True,            # show progress bars
 ) -> CircuitDB:
     "Record the circuits of a run's checkpoint over `n_docs` random documents of `data` into a circuit database."
+    refuse_current_folder(out, 'sgatlin record', 'circuits')  # before the model and the corpus are read
     cfg, tokenizer, graphdef, params, at = load_run(run, step)
     texts, description = sample_texts(data, n_docs, seed)
     return build_circuit_db(nnx.merge(graphdef, params), tokenizer, texts, out, step=at, dataset=description,

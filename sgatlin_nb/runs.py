@@ -9,7 +9,7 @@ __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_
            'set_aside', 'MetricsLog', 'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_errors',
            'mirror_fs', 'mirror_steps', 'push_run', 'release_mirror', 'check_mirror', 'pull_run', 'exported',
            'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'writing_lock',
-           'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
+           'refuse_current_folder', 'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -754,6 +754,14 @@ def writing_lock(out: str | Path, what: str):
     finally:
         path.unlink(missing_ok=True)
         f.close()
+
+def refuse_current_folder(out: str | Path, what: str, example: str):
+    """`RunError` in one line if `out` is the current folder or a folder above it: `what` builds a new folder beside `out`
+    and renames it into its place, which cannot be done to the folder the shell stands in (`--out .` gave a raw error)."""
+    full, here = Path(out).resolve(), Path.cwd().resolve()
+    if full == here or full in here.parents:
+        raise RunError(f"out={out} is the current folder{'' if full == here else ' or one above it'}: {what} builds a new folder "
+                       f"and renames it into place, so name a folder of its own, e.g. --out {example}")
 
 def save_chart(chart, path: str | Path, *, inline: bool = True, scale_factor: float = 2):
     "Save an Altair chart as HTML (corpus text escaped: `ScriptSafeJSON`; scripts inline unless `inline=False`) or PNG."

@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 import papermill
 import yaml
+from papermill.translators import papermill_translators
 
 from .scaling import isoflop_chart, merge_results, results_frame, sparsity_chart
 from .runs import RunError, save_chart, terminal_safe
@@ -47,10 +48,18 @@ def parse_params(pairs) -> dict:
 def notebook_parameters(notebook: str | Path) -> dict:
     "The defaults of the notebook's `parameters` cell, by name."
     if not Path(notebook).exists(): raise RunError(f"no notebook at {notebook}")
-    found = papermill.inspect_notebook(str(notebook))
+    if not Path(notebook).is_file(): raise RunError(f"{notebook} is not a file: give a notebook (.ipynb)")
+    try: nb = nbformat.read(notebook, as_version=4)
+    except Exception as e:  # not JSON, not a notebook, not UTF-8: nbformat's errors are of many kinds
+        raise RunError(f"{notebook} cannot be read as a notebook ({type(e).__name__}: {' '.join(str(e).split())[:200]}): "
+                       f"give an .ipynb file") from None
+    cell = next((c for c in nb.cells if 'parameters' in c.get('metadata', {}).get('tags', [])), None)
+    # read as the job runs it, with the python3 kernel (`--kernel python3 --language python`), whatever kernel the notebook names or lacks:
+    # papermill.inspect_notebook took the kernel from the notebook and stopped at one without a kernelspec
+    found = [] if cell is None else papermill_translators.find_translator('python3', 'python').inspect(cell)
     if not found:
         raise RunError(f"{notebook} has no cell tagged 'parameters': papermill could not pass it anything")
-    return {name: parse_value(p['default']) for name, p in found.items()}
+    return {p.name: parse_value(p.default) for p in found}
 
 def check_params(notebook: str | Path, params: dict) -> dict:
     "The notebook's parameters; `ValueError` naming the valid ones if `params` has another."
@@ -172,7 +181,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
     head += [f'--account={account}'] if account else []
     cases = [f'  {i}) PARAMS={shlex.quote(_yaml_line(p))} NB={shlex.quote(str(nb if i == 0 else lean))} ;;'
              for i, p in enumerate(tasks)]
-    papermill_cmd = (f'papermill "$2" "$0/executed-$SLURM_PROCID.ipynb" --kernel python3 '
+    papermill_cmd = (f'papermill "$2" "$0/executed-$SLURM_PROCID.ipynb" --kernel python3 --language python '
                      f'--cwd {shlex.quote(str(nb.parent))} --log-output -y "$1" > "$0/papermill-$SLURM_PROCID.log" 2>&1')
     return '\n'.join([
         '#!/bin/bash',

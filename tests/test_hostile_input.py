@@ -499,3 +499,35 @@ def test_two_graphs_on_one_out(tmp_path, capsys, monkeypatch):
                                                                    f"sgatlin graph (pid {os.getpid()} on "), lines
     assert sorted(p.name for p in out.iterdir()) == ["graph.html", "graph.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]  # no lock file left
+
+
+@pytest.mark.parametrize("command", [["pages"], ["record", "--run", str(reference_run()), "--n-docs", "2"]], ids=lambda c: c[0])
+def test_an_out_that_is_the_current_folder_is_one_line(tmp_path, capsys, monkeypatch, command):
+    """`pages --out .` gave a raw "Path('.') has an empty name" and `record --out .` a raw "[Errno 22] Invalid argument":
+    each builds a folder beside --out and renames it into place. Now one line, for . and for a folder above the current
+    one, and nothing is written."""
+    here = tmp_path / "site"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for out, needle in ((".", "out=. is the current folder: "), ("..", "out=.. is the current folder or one above it: ")):
+        _refused(capsys, [*command, "--out", out, "--quiet"], needle, "name a folder of its own, e.g. --out ")
+    assert list(tmp_path.rglob("*")) == [here]
+
+
+def test_a_notebook_without_a_kernelspec_is_submitted(tmp_path, capsys):
+    """A notebook that names no kernel stopped `submit` at papermill's "No kernel name found in notebook and no override
+    provided": its job runs it with the python3 kernel anyway, so it is read that way (and the job says so, with the
+    language papermill then needs too). A file that is no notebook is one line naming it."""
+    import nbformat
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}), nbformat.v4.new_code_cell("print(x)")]
+    path = tmp_path / "bare.ipynb"
+    nbformat.write(nb, path)
+    assert "kernelspec" not in json.loads(path.read_text())["metadata"]
+    argv = ["submit", str(path), "--dry-run", "--out", str(tmp_path / "slurm")]
+    assert main(argv + ["-p", "x=2"]) == 0
+    assert "--kernel python3 --language python " in capsys.readouterr().out
+    _refused(capsys, argv + ["-p", "y=2"], "bare.ipynb has no parameter y; its parameters are x")
+    (tmp_path / "cut.ipynb").write_text('{"cells": [')
+    _refused(capsys, ["submit", str(tmp_path / "cut.ipynb"), "--dry-run"], f"{tmp_path / 'cut.ipynb'} cannot be read as a notebook")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.ipynb", "cut.ipynb"]
