@@ -18,7 +18,6 @@ import math
 import os
 import re
 import shlex
-import stat
 import sys
 import unicodedata
 import urllib.parse
@@ -31,8 +30,8 @@ from fastcore.script import anno_parser
 from .configs import PRESETS, config_yaml, make_config
 from .distributed import init_distributed, make_mesh
 from .train import DiskFull, evaluate, make_eval_step, sample_text, train as train_run
-from .runs import Preempted, RunError, export_run, exported, list_runs, load_run, terminal_safe
-from .data import TokenFile, into_place, unigram_cross_entropy
+from .runs import Preempted, RunError, export_run, exported, list_runs, load_run, terminal_safe, writing_lock
+from .data import TokenFile, into_place, special_file, unigram_cross_entropy
 # the analysis commands import their modules when they run: `demo` alone pulls in altair, pandas and scipy (about
 # 5 s), which `sgatlin train`, `eval` and `sample` do not need
 
@@ -80,10 +79,7 @@ def train(*overrides: str,                  # dotted KEY=VALUE settings over --c
 def _not_a_stream(path: str, option: str):
     """Refuse a FIFO, device or socket where a file is read: opening one waits for a writer that may never come (and
     Ctrl-C does not end the wait)."""
-    try: mode = os.stat(path).st_mode
-    except (OSError, ValueError): return  # not a path (a tokenizer's name, say), or none there: the reader says so
-    if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-        kind = 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode) else 'a device'
+    if (kind := special_file(path)):  # None too for what is no path (a tokenizer's name) or not there: the reader says so
         raise RunError(f"{option} {path} is {kind}, not a file: give a tokenizer.json file (or train, sgatlin, gpt2)")
 
 def _exit_task(e: BaseException):
@@ -330,7 +326,7 @@ def neighbours(sentence: str,               # text to analyse (positional); best
         raise RunError("the sentence is empty: give the text to analyse, e.g. sgatlin neighbours 'The little dog was happy.'")
     from sgatlin_nb.neighbours import write_neighbours
     _not_into_a_run(out)
-    with _layer_numbers('--layer', layer):
+    with _layer_numbers('--layer', layer), writing_lock(out, 'sgatlin neighbours'):  # one writer per --out at a time
         paths = write_neighbours(sentence, out, run=run, db=db, layer=_layer_index(layer, '--layer'), k=k, focus=focus,
                                  width=width, overwrite=overwrite, progress=not quiet)
     print(json.dumps({n: str(v) for n, v in paths.items()}, indent=1))
@@ -445,7 +441,8 @@ def demo(data: str = 'tinystories',  # corpus: 'tinystories', a path, a name und
          quiet: bool = False):       # no progress bars (the one-line status of each stage stays)
     "Train a small sgatlin model on TinyStories (or take the reference model), analyse its circuits and write a self-contained report.html into --out."
     from sgatlin_nb.demo import run_demo
-    summary = run_demo(out, data=data, config=config, steps=steps, n_stories=n_stories, progress=not quiet, reference=reference)
+    with writing_lock(out, 'sgatlin demo'):  # one demo per --out at a time: a second is refused, naming the first
+        summary = run_demo(out, data=data, config=config, steps=steps, n_stories=n_stories, progress=not quiet, reference=reference)
     print(f"report: {summary['report']} ({summary['this_run_s']:.0f} s)")
     return summary
 

@@ -5,9 +5,9 @@
 # %% auto #0
 __all__ = ['DATA_DIR_ENV', 'SAMPLES_DIR', 'CORPORA', 'STREAMED', 'EOT', 'PAD', 'MAX_LINE_BYTES', 'TOKENIZERS', 'GPT2_HUB',
            'SPLITS', 'PAD_TARGET', 'BATCHINGS', 'PAIRED', 'WHOLE_CORPUS_BYTES', 'TOKENIZER_TEXT_BYTES', 'Corpus',
-           'data_root', 'resolve_corpus', 'read_texts', 'repair_mojibake', 'train_tokenizer', 'load_tokenizer',
-           'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path', 'TokenFile', 'packed_ids',
-           'new_file_mode', 'into_place', 'tokenize_corpus', 'tokenize_split', 'batch_at', 'eval_batches',
+           'data_root', 'special_file', 'resolve_corpus', 'read_texts', 'repair_mojibake', 'train_tokenizer',
+           'load_tokenizer', 'eot_id', 'tokenizer_hash', 'token_dtype', 'is_heldout', 'sidecar_path', 'TokenFile',
+           'packed_ids', 'new_file_mode', 'into_place', 'tokenize_corpus', 'tokenize_split', 'batch_at', 'eval_batches',
            'document_rows', 'epoch_steps', 'document_batch_at', 'eval_document_batches', 'unigram_cross_entropy',
            'DataError', 'tokenized_whole', 'run_tokens', 'prepare_data', 'resolve_steps', 'train_batch']
 
@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -73,16 +74,33 @@ def data_root(data_dir: str | Path | None = None) -> Path | None:
     return Path(root).expanduser() if root else None
 
 # %% ../nbs/05_data.ipynb #c4c76a00
+def special_file(path: str | Path) -> str | None:
+    """'a FIFO', 'a socket' or 'a device' if `path` is one, else None (a file, a folder, nothing there). Opening a FIFO
+    waits for a writer that may never come, and Ctrl-C does not end the wait: where a file is read, these are refused."""
+    try: mode = os.stat(path).st_mode
+    except (OSError, ValueError): return None
+    if stat.S_ISFIFO(mode): return 'a FIFO'
+    if stat.S_ISSOCK(mode): return 'a socket'
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode): return 'a device'
+    return None
+
+def _local_corpus(name: str, path: Path) -> Corpus:
+    "The corpus at `path`; a `ValueError` in one line if it is a FIFO, socket or device rather than a file or folder."
+    if (kind := special_file(path)):
+        raise ValueError(f"corpus {path} is {kind}, not a file: give a file or a folder of documents "
+                         f"(text, .jsonl, .json or .parquet)")
+    return Corpus(name, path=path)
+
 def resolve_corpus(
     source: str | Path,               # a path, a name under the data folder, an alias of `CORPORA`, or `owner/name[:split]`
     data_dir: str | Path | None = None,  # the data folder; default `$SGATLIN_DATA_DIR`
 ) -> Corpus:
     "Find a corpus: an existing path, else a file under the data folder, else a Hugging Face hub dataset."
     name = str(source)
-    if Path(name).expanduser().exists(): return Corpus(name, path=Path(name).expanduser())
+    if Path(name).expanduser().exists(): return _local_corpus(name, Path(name).expanduser())
     local, hub = CORPORA.get(name, (name, None))
     root = data_root(data_dir)
-    if root is not None and (root / local).exists(): return Corpus(name, path=root / local)
+    if root is not None and (root / local).exists(): return _local_corpus(name, root / local)
     if hub is None and _HUB_ID.fullmatch(name): hub = name
     if hub is not None:
         hub_id, _, split = hub.partition(':')

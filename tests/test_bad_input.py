@@ -625,3 +625,30 @@ def test_a_run_that_ends_releases_its_mirror_lock(tmp_path, data_dir, monkeypatc
 
 def mirror_steps_of(mirror: Path) -> list[int]:
     return sorted(int(p.stem) for p in (mirror / "checksums").glob("*.json"))
+
+
+def test_a_fifo_corpus_is_one_line(tmp_path, data_dir):
+    "`--data FIFO` waited for a writer forever, as `--tokenizer FIFO` did: now one line naming it by type, nothing written."
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)
+    _fails(run_sgatlin(["train", "--config", "test-tiny", "--steps", "2", "--quiet", "--out", str(tmp_path / "r"),
+                        "--data", str(fifo)], data_dir, timeout=90), f"corpus {fifo} is a FIFO, not a file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.fifo"]
+
+
+@pytest.mark.parametrize("kind", ["socket", "device"])
+def test_a_socket_or_device_corpus_is_one_line(tmp_path, data_dir, kind):
+    """A socket where a corpus is read gave a raw `[Errno 6] No such device or address`, and a device (/dev/null) "holds
+    no documents": each is now refused by type in one line, before anything is written."""
+    import socket
+    from sgatlin_nb.reference import reference_run
+    path, sock = Path("/dev/null"), None
+    if kind == "socket":
+        path, sock = tmp_path / "corpus.sock", socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+    try:
+        _fails(run_in_process(["record", "--run", str(reference_run()), "--data", str(path), "--out", str(tmp_path / "db"),
+                               "--n-docs", "2", "--quiet"], data_dir), f"corpus {path} is a {kind}, not a file")
+    finally:
+        if sock is not None: sock.close()
+    assert not (tmp_path / "db").exists()

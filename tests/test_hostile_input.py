@@ -463,11 +463,13 @@ def test_neighbours_written_meanwhile_are_not_replaced(tmp_path, capsys, monkeyp
 
 
 @pytest.mark.parametrize("command", [["map", "--db", "{tmp}/db"], ["usage", "--run", str(reference_run())],
-                                     ["patch", "--run", str(reference_run())], ["graph", "The dog", "--run", str(reference_run())]],
+                                     ["patch", "--run", str(reference_run())], ["graph", "The dog", "--run", str(reference_run())],
+                                     ["neighbours", "The dog.", "--quiet"], ["demo", "--reference", "--quiet"]],
                          ids=lambda c: c[0])
 def test_a_writer_is_refused_while_another_writes_its_out(tmp_path, capsys, command):
-    """map, usage, patch and graph took no lock: two on one --out both wrote it, each replacing the other's files. While
-    another writer holds --out, each is now refused in one line naming it, and the folder stays as it was."""
+    """map, usage, patch, graph, neighbours and demo took no lock: two on one --out both wrote it, each replacing the
+    other's files. While another writer holds --out, each is now refused in one line naming it, and the folder stays as
+    it was."""
     from sgatlin_nb.runs import writing_lock
     out = tmp_path / "out"
     out.mkdir()
