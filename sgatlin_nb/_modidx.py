@@ -437,7 +437,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.kernels._neurons_bwd': ('kernels.html#_neurons_bwd', 'sgatlin_nb/kernels.py'),
                                     'sgatlin_nb.kernels._over_token_tiles': ('kernels.html#_over_token_tiles', 'sgatlin_nb/kernels.py'),
                                     'sgatlin_nb.kernels._pad_tokens': ('kernels.html#_pad_tokens', 'sgatlin_nb/kernels.py'),
-                                    'sgatlin_nb.kernels._read_rows': ('kernels.html#_read_rows', 'sgatlin_nb/kernels.py'),
                                     'sgatlin_nb.kernels._reads_per_step': ('kernels.html#_reads_per_step', 'sgatlin_nb/kernels.py'),
                                     'sgatlin_nb.kernels._selected_subkey_scores_bwd': ( 'kernels.html#_selected_subkey_scores_bwd',
                                                                                         'sgatlin_nb/kernels.py'),
