@@ -721,6 +721,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs._sums_differ': ('runs.html#_sums_differ', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._what_is': ('runs.html#_what_is', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.chart_html': ('runs.html#chart_html', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs._write_export': ('runs.html#_write_export', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.check_mirror': ('runs.html#check_mirror', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.check_run_dir': ('runs.html#check_run_dir', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.checkpoint_damage': ('runs.html#checkpoint_damage', 'sgatlin_nb/runs.py'),

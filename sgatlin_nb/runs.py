@@ -4,12 +4,12 @@
 
 # %% auto #0
 __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_VERSION', 'TrainConfig', 'RunError', 'one_line',
-           'terminal_safe', 'config_differences', 'lock_run', 'check_run_dir', 'Preempted', 'checkpoint_manager',
-           'checkpoint_steps', 'write_checksums', 'checkpoint_damage', 'DamagedCheckpoint', 'restore_checkpoint',
-           'set_aside', 'MetricsLog', 'read_metrics', 'code_identity', 'load_run', 'read_params', 'mirror_errors',
-           'mirror_fs', 'mirror_steps', 'push_run', 'release_mirror', 'check_mirror', 'pull_run', 'exported',
-           'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON', 'refuse_existing', 'writing_lock',
-           'refuse_current_folder', 'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
+           'terminal_safe', 'config_differences', 'lock_run', 'writing_lock', 'refuse_current_folder', 'check_run_dir',
+           'Preempted', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums', 'checkpoint_damage',
+           'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog', 'read_metrics', 'code_identity',
+           'load_run', 'read_params', 'mirror_errors', 'mirror_fs', 'mirror_steps', 'push_run', 'release_mirror',
+           'check_mirror', 'pull_run', 'exported', 'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON',
+           'refuse_existing', 'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -131,6 +131,42 @@ def lock_run(out: Path):
     f.seek(0); f.truncate()
     f.write(f"sgatlin train (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
     return f
+
+@contextlib.contextmanager
+def writing_lock(out: str | Path, what: str):
+    """Hold `.NAME.lock` beside the folder `out` while `what` (e.g. 'sgatlin map') writes it: a second writer gets a
+    `RunError` in one line naming the first (command, process, host). The lock file goes when the writing ends. Where
+    the parent folder cannot be written, a folder that exists holds its own lock (`.sgatlin-writing.lock`)."""
+    full = Path(os.path.abspath(out))  # `.` and `..` have no name of their own: their lock is named after the folder
+    full.parent.mkdir(parents=True, exist_ok=True)
+    path = full.parent / f".{full.name or 'root'}.lock"
+    if not os.access(full.parent, os.W_OK) and full.is_dir(): path = full / '.sgatlin-writing.lock'
+    while True:
+        f = open(path, 'a+')
+        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0); holder = f.read().strip() or 'another process'
+            f.close()
+            raise RunError(f"out={out} is being written by {terminal_safe(holder)}: wait for it to finish or choose "
+                           f"another --out") from None
+        try: same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+        except FileNotFoundError: same = False
+        if same: break
+        f.close()  # the writer before removed this lock file as it finished: take the one now at `path`
+    try:
+        f.seek(0); f.truncate(); f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        f.close()
+
+def refuse_current_folder(out: str | Path, what: str, example: str):
+    """`RunError` in one line if `out` is the current folder or a folder above it: `what` builds a new folder beside `out`
+    and renames it into its place, which cannot be done to the folder the shell stands in (`--out .` gave a raw error)."""
+    full, here = Path(out).resolve(), Path.cwd().resolve()
+    if full == here or full in here.parents:
+        raise RunError(f"out={out} is the current folder{'' if full == here else ' or one above it'}: {what} builds a new folder "
+                       f"and renames it into place, so name a folder of its own, e.g. --out {example}")
 
 def check_run_dir(out: Path, cfg: TrainConfig, data: str, resume: bool) -> bool:
     "Whether `out` holds this run to resume; `RunError` if it holds something else."
@@ -613,6 +649,7 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None,
               ) -> Path:
     "Write a run's parameters, configs and tokenizer as `model.safetensors`, `config.json` and `tokenizer.json` into `out`, a new or empty folder; returns `out`."
     run, out = Path(run), Path(out)
+    refuse_current_folder(out, 'sgatlin export', 'export')  # its temporary folder would be made inside it
     if dtype is not None and dtype not in EXPORT_DTYPES:  # float64 would be float32 without JAX's x64 mode
         raise RunError(f"--dtype takes {', '.join(EXPORT_DTYPES)} (the model computes in float32 at most), got {dtype!r}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -625,6 +662,12 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None,
     meta = {'format': EXPORT_FORMAT, 'version': EXPORT_VERSION, 'step': at, 'data': info.get('data'),
             'source': info.get('source', str(run)), 'model': dataclasses.asdict(cfg.model), 'train': train}
     out.parent.mkdir(parents=True, exist_ok=True)
+    with writing_lock(out, 'sgatlin export'):  # one export into `out` at a time: a second is refused, naming the first
+        _write_export(run, out, tensors, meta)
+    return out
+
+def _write_export(run: Path, out: Path, tensors: dict, meta: dict):
+    "The export's files written in a new folder beside `out`, renamed into its place when whole."
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.partial'))  # renamed into place when whole
     try:
         shutil.copy(run / 'tokenizer.json', tmp / 'tokenizer.json')
@@ -640,7 +683,6 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None,
                        f"space, then run the same command again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 def export_config(path: Path, meta: dict) -> TrainConfig:
     "The `TrainConfig` an export's `config.json` describes; a missing key or a bad value is a `RunError` naming the file."
@@ -726,42 +768,6 @@ def refuse_existing(paths, overwrite: bool = False, what: str = 'it'):
     for p in map(Path, paths):
         if p.exists() or p.is_symlink():
             raise RunError(f"{p} already exists: {what} would replace it. Choose another --out, or pass --overwrite")
-
-@contextlib.contextmanager
-def writing_lock(out: str | Path, what: str):
-    """Hold `.NAME.lock` beside the folder `out` while `what` (e.g. 'sgatlin map') writes it: a second writer gets a
-    `RunError` in one line naming the first (command, process, host). The lock file goes when the writing ends. Where
-    the parent folder cannot be written, a folder that exists holds its own lock (`.sgatlin-writing.lock`)."""
-    full = Path(os.path.abspath(out))  # `.` and `..` have no name of their own: their lock is named after the folder
-    full.parent.mkdir(parents=True, exist_ok=True)
-    path = full.parent / f".{full.name or 'root'}.lock"
-    if not os.access(full.parent, os.W_OK) and full.is_dir(): path = full / '.sgatlin-writing.lock'
-    while True:
-        f = open(path, 'a+')
-        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0); holder = f.read().strip() or 'another process'
-            f.close()
-            raise RunError(f"out={out} is being written by {terminal_safe(holder)}: wait for it to finish or choose "
-                           f"another --out") from None
-        try: same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
-        except FileNotFoundError: same = False
-        if same: break
-        f.close()  # the writer before removed this lock file as it finished: take the one now at `path`
-    try:
-        f.seek(0); f.truncate(); f.write(f"{what} (pid {os.getpid()} on {socket.gethostname()})"); f.flush()
-        yield
-    finally:
-        path.unlink(missing_ok=True)
-        f.close()
-
-def refuse_current_folder(out: str | Path, what: str, example: str):
-    """`RunError` in one line if `out` is the current folder or a folder above it: `what` builds a new folder beside `out`
-    and renames it into its place, which cannot be done to the folder the shell stands in (`--out .` gave a raw error)."""
-    full, here = Path(out).resolve(), Path.cwd().resolve()
-    if full == here or full in here.parents:
-        raise RunError(f"out={out} is the current folder{'' if full == here else ' or one above it'}: {what} builds a new folder "
-                       f"and renames it into place, so name a folder of its own, e.g. --out {example}")
 
 def save_chart(chart, path: str | Path, *, inline: bool = True, scale_factor: float = 2):
     "Save an Altair chart as HTML (corpus text escaped: `ScriptSafeJSON`; scripts inline unless `inline=False`) or PNG."

@@ -533,3 +533,17 @@ def test_a_notebook_without_a_kernelspec_is_submitted(tmp_path, capsys):
     (tmp_path / "cut.ipynb").write_text('{"cells": [')
     _refused(capsys, ["submit", str(tmp_path / "cut.ipynb"), "--dry-run"], f"{tmp_path / 'cut.ipynb'} cannot be read as a notebook")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.ipynb", "cut.ipynb"]
+
+
+def test_export_while_another_writes_its_out_or_into_the_current_folder(tmp_path, capsys, monkeypatch):
+    """`export` took no lock (two on one --out raced to rename their folders into place), and `--out .` said ". is not
+    empty" of an empty folder (its own temporary folder was being made inside it). Both are one line now, nothing written."""
+    from sgatlin_nb.runs import writing_lock
+    out = tmp_path / "export"
+    with writing_lock(out, "sgatlin export"):  # as an export that runs holds it
+        _refused(capsys, ["export", "--run", str(reference_run()), "--out", str(out)],
+                 f"out={out} is being written by sgatlin export (pid {os.getpid()} on ")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, ["export", "--run", str(reference_run()), "--out", "."], "out=. is the current folder: ", "e.g. --out export")
+    assert list(tmp_path.iterdir()) == []
