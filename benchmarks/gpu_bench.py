@@ -436,6 +436,48 @@ def bench_determinism(res: dict, save, mini: bool):
     save()
 
 
+def start_result(stem: str, a, fields: dict):
+    """The result of a GPU window's script: the device and versions, `fields`, and `save()` that rewrites the JSON file
+    `a.out/{stem}_{device}[_mini].json`; and the deadline (90% of `a.budget_s`: the last figure may run over a little).
+    Imports sgatlin_nb.kernels before anything else: it applies the scatter-add fix before XLA reads its flags."""
+    t_start = time.perf_counter()
+    import sgatlin_nb.kernels  # noqa: F401
+    import jax
+    import jaxlib
+    from sgatlin_nb.distributed import peak_flops
+    dev = jax.local_devices()[0]
+    res = {'device_kind': dev.device_kind, 'platform': dev.platform, 'jax': jax.__version__, 'jaxlib': jaxlib.__version__,
+           'python': platform.python_version(), 'mini': a.mini, 'budget_s': a.budget_s, 'reps': a.reps,
+           'peak_bf16_flops': peak_flops(dev.device_kind), 'hbm_bytes_per_s': spec_for(dev.device_kind, HBM_BYTES_PER_S),
+           **fields, 'skipped': [], 'errors': []}
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}_{re.sub(r'[^a-z0-9]+', '_', dev.device_kind.lower()).strip('_')}{'_mini' if a.mini else ''}.json"
+    def save():
+        res['elapsed_s'] = time.perf_counter() - t_start
+        path.write_text(json.dumps(res, indent=1))
+    print(f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}; writing {path}", flush=True)
+    versions(res)
+    save()
+    return res, save, t_start + a.budget_s * 0.9
+
+
+def run_parts(res: dict, save, deadline: float, parts) -> dict:
+    "Run each `(name, function)` of `parts` in order while time is left, a failing part recorded in `res['errors']` without stopping the others; save after each."
+    for part, run in parts:
+        if time.perf_counter() > deadline:
+            res['skipped'].append(f'{part}: out of time'); continue
+        try: run()
+        except Exception as e:
+            res['errors'].append(f'{part}: {type(e).__name__}: {str(e)[:500]}')
+            print(f'{part}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
+        save()
+    save()
+    print(f"done in {res['elapsed_s']:.0f} s" + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else '')
+          + (f"; {len(res['errors'])} part(s) failed" if res['errors'] else ''))
+    return res
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--out', required=True, help='folder for the JSON file (named after the device)')
@@ -445,43 +487,15 @@ def main(argv=None):
     p.add_argument('--step-layers', type=int, default=4, help='blocks of the whole-step models (s6 rung)')
     p.add_argument('--steps', type=int, default=10, help='timed steps per model')
     a = p.parse_args(argv)
-    t_start = time.perf_counter()
-    deadline = t_start + a.budget_s * 0.9  # the last figure may run over a little
-    import sgatlin_nb.kernels  # noqa: F401  first: it applies the scatter-add fix before XLA reads its flags
-    import jax
-    import jaxlib
-    from sgatlin_nb.distributed import peak_flops
-    dev = jax.local_devices()[0]
-    res = {'device_kind': dev.device_kind, 'platform': dev.platform, 'jax': jax.__version__, 'jaxlib': jaxlib.__version__,
-           'python': platform.python_version(), 'mini': a.mini, 'budget_s': a.budget_s, 'reps': a.reps,
-           'peak_bf16_flops': peak_flops(dev.device_kind), 'hbm_bytes_per_s': spec_for(dev.device_kind, HBM_BYTES_PER_S),
-           'kernels': 'sgatlin and PEER: GPU kernels (Pallas tiles) on a GPU, interpreted in the layer part with --mini; CPU kernels otherwise',
-           'layer': {}, 'step': {}, 'skipped': [], 'errors': []}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"gpu_bench_{re.sub(r'[^a-z0-9]+', '_', dev.device_kind.lower()).strip('_')}{'_mini' if a.mini else ''}.json"
-    def save():
-        res['elapsed_s'] = time.perf_counter() - t_start
-        path.write_text(json.dumps(res, indent=1))
-    print(f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}; writing {path}", flush=True)
-    versions(res)
-    save()
-    for part, run in (('scatter', lambda: bench_scatter(res, save, a.mini, a.reps, deadline)),
-                      ('step', lambda: bench_steps(res, save, a.mini, a.step_layers, a.steps, deadline)),
-                      ('kernels', lambda: bench_kernels(res, save, a.mini, a.reps, deadline)),
-                      ('layer', lambda: bench_layers(res, save, a.mini, a.reps, deadline)),
-                      ('attention', lambda: bench_attention(res, save, a.mini, a.reps, deadline)),
-                      ('determinism', lambda: bench_determinism(res, save, a.mini))):
-        if time.perf_counter() > deadline:
-            res['skipped'].append(f'{part}: out of time'); continue
-        try: run()
-        except Exception as e:
-            res['errors'].append(f'{part}: {type(e).__name__}: {str(e)[:500]}')
-            print(f'{part}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
-    save()
-    print(f"done in {res['elapsed_s']:.0f} s" + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else '')
-          + (f"; {len(res['errors'])} part(s) failed" if res['errors'] else ''))
-    return res
+    res, save, deadline = start_result('gpu_bench', a, {
+        'kernels': 'sgatlin and PEER: GPU kernels (Pallas tiles) on a GPU, interpreted in the layer part with --mini; CPU kernels otherwise',
+        'layer': {}, 'step': {}})
+    return run_parts(res, save, deadline, (('scatter', lambda: bench_scatter(res, save, a.mini, a.reps, deadline)),
+                                           ('step', lambda: bench_steps(res, save, a.mini, a.step_layers, a.steps, deadline)),
+                                           ('kernels', lambda: bench_kernels(res, save, a.mini, a.reps, deadline)),
+                                           ('layer', lambda: bench_layers(res, save, a.mini, a.reps, deadline)),
+                                           ('attention', lambda: bench_attention(res, save, a.mini, a.reps, deadline)),
+                                           ('determinism', lambda: bench_determinism(res, save, a.mini))))
 
 
 if __name__ == '__main__':

@@ -17,7 +17,7 @@ Parts, most important first (a short time box keeps the first):
    `jax.profiler`, the trace reduced here to the total time of each device kernel (the JSON keeps the totals, not
    the trace).
 3. The sparse kernels alone at s6's per-device sizes: `gather_dot`, `gather_combine` (the `gpu` and `gpu-wide`
-   tiles) and the table gradient, on uniform random rows and on channel-structured rows (each channel's choices
+   tiles) and the table gradient (and its wide form, which no design uses yet), on uniform random rows and on channel-structured rows (each channel's choices
    drawn from a Zipf law over its own rows, as real text concentrates them), with `bfloat16` and float32 tables.
 4. Depth: 'sgatlin' and 'swiglu twin' at 2 and 12 blocks (with part 2's 4 blocks: a slope per block and an
    intercept, and the whole `sgatlin-s6` at 12).
@@ -29,18 +29,16 @@ import argparse
 import contextlib
 import gzip
 import json
-import math
-import platform
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_bench import HBM_BYTES_PER_S, real_tokens, spec_for, time_interleaved, versions  # noqa: E402
+from gpu_bench import real_tokens, run_parts, start_result, time_interleaved  # noqa: E402
 
 STEP_DESIGNS = ('sgatlin', 'sgatlin, wide kernels', 'sgatlin, as timed', 'swiglu twin')
+
 
 
 @contextlib.contextmanager
@@ -182,7 +180,7 @@ def bench_kernels(res, save, a, gpu, deadline):
     "The sparse kernels alone: tile kernels old and wide, uniform and channel-structured rows, bfloat16 and float32 tables."
     import jax
     import jax.numpy as jnp
-    from sgatlin_nb.kernels import gather_combine, gather_dot, scatter_outer
+    from sgatlin_nb.kernels import gather_combine, gather_dot, scatter_outer, sorted_scatter_outer
     from gpu_bench import layer_configs
     sg, _ = layer_configs(6, a.mini)
     N = 64 if a.mini else 16 * 2048
@@ -202,10 +200,13 @@ def bench_kernels(res, save, a, gpu, deadline):
             fns = {f'gather_dot {k}': jax.jit(lambda t, r, v, c, k=k: gather_dot(t, r, v, k)) for k in (kind, kind + '-wide')}
             fns |= {f'gather_combine {k}': jax.jit(lambda t, r, v, c, k=k: gather_combine(t, r, c, k)) for k in (kind, kind + '-wide')}
             fns['table gradient'] = jax.jit(lambda t, r, v, c: scatter_outer(C * F, r, c, v, kind, jnp.float32))
+            fns['table gradient, wide'] = jax.jit(lambda t, r, v, c: sorted_scatter_outer(C * F, r, c, v, jnp.float32, interpret=not gpu, wide=True))
             args = dict.fromkeys(fns, (t, r, v, coef))
             outs = {n: f(*args[n]) for n, f in fns.items()}
-            for base in ('gather_dot', 'gather_combine'):  # the wide tiles give the old tiles' sums
-                x, y = outs[f'{base} {kind}'].astype(jnp.float32), outs[f'{base} {kind}-wide'].astype(jnp.float32)
+            for base, old, new in (('gather_dot', f'gather_dot {kind}', f'gather_dot {kind}-wide'),  # the wide kernels give the same sums
+                                   ('gather_combine', f'gather_combine {kind}', f'gather_combine {kind}-wide'),
+                                   ('table gradient', 'table gradient', 'table gradient, wide')):
+                x, y = outs[old].astype(jnp.float32), outs[new].astype(jnp.float32)
                 out.setdefault('wide_vs_tiles', {})[f'{base} {rname} {jnp.dtype(dt).name}'] = float(jnp.abs(x - y).max() / jnp.abs(x).max())
             best = time_interleaved(fns, args, a.reps, deadline)
             for n, s in best.items():
@@ -255,44 +256,16 @@ def main(argv=None):
     p.add_argument('--steps', type=int, default=8, help='timed steps per design')
     p.add_argument('--step-layers', type=int, default=4, help='blocks of the step designs (s6 rung)')
     a = p.parse_args(argv)
-    t_start = time.perf_counter()
-    deadline = t_start + a.budget_s * 0.9
-    import sgatlin_nb.kernels  # noqa: F401  first: it applies the scatter-add fix before XLA reads its flags
-    import jax
-    import jaxlib
-    from sgatlin_nb.distributed import peak_flops
-    dev = jax.local_devices()[0]
-    gpu = dev.platform == 'gpu'
-    res = {'device_kind': dev.device_kind, 'platform': dev.platform, 'jax': jax.__version__, 'jaxlib': jaxlib.__version__,
-           'python': platform.python_version(), 'mini': a.mini, 'budget_s': a.budget_s, 'reps': a.reps,
-           'peak_bf16_flops': peak_flops(dev.device_kind), 'hbm_bytes_per_s': spec_for(dev.device_kind, HBM_BYTES_PER_S),
-           'kernels_traced': 'gpu and gpu-wide' if gpu else 'interpret and interpret-wide (no GPU)', 'skipped': [], 'errors': []}
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"gpu_profile_{re.sub(r'[^a-z0-9]+', '_', dev.device_kind.lower()).strip('_')}{'_mini' if a.mini else ''}.json"
-    def save():
-        res['elapsed_s'] = time.perf_counter() - t_start
-        path.write_text(json.dumps(res, indent=1))
-    print(f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}; writing {path}", flush=True)
-    versions(res)
-    save()
-    parts = (('step', lambda: bench_steps(res, save, a, gpu, deadline)),
-             ('profile', lambda: profile_steps(res, save, a, gpu, deadline)),
-             ('kernels', lambda: bench_kernels(res, save, a, gpu, deadline)),
-             ('depth', lambda: [bench_steps(res, save, a, gpu, deadline, ('sgatlin', 'swiglu twin'), layers=n, key=f'depth {n}')
-                                for n in ((1,) if a.mini else (2, 12))]),
-             ('decode', lambda: bench_decode(res, save, a, gpu, deadline)))
-    for part, run in parts:
-        if time.perf_counter() > deadline: res['skipped'].append(f'{part}: out of time'); continue
-        try: run()
-        except Exception as e:
-            res['errors'].append(f'{part}: {type(e).__name__}: {str(e)[:500]}')
-            print(f'{part}: FAILED ({type(e).__name__}: {str(e)[:200]})', flush=True)
-        save()
-    save()
-    print(f"done in {res['elapsed_s']:.0f} s" + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else '')
-          + (f"; {len(res['errors'])} part(s) failed" if res['errors'] else ''))
-    return res
+    res, save, deadline = start_result('gpu_profile', a, {})
+    gpu = res['platform'] == 'gpu'
+    res['kernels_traced'] = 'gpu and gpu-wide' if gpu else 'interpret and interpret-wide (no GPU)'
+    return run_parts(res, save, deadline, (
+        ('step', lambda: bench_steps(res, save, a, gpu, deadline)),
+        ('profile', lambda: profile_steps(res, save, a, gpu, deadline)),
+        ('kernels', lambda: bench_kernels(res, save, a, gpu, deadline)),
+        ('depth', lambda: [bench_steps(res, save, a, gpu, deadline, ('sgatlin', 'swiglu twin'), layers=n, key=f'depth {n}')
+                           for n in ((1,) if a.mini else (2, 12))]),
+        ('decode', lambda: bench_decode(res, save, a, gpu, deadline))))
 
 
 if __name__ == '__main__':

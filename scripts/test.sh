@@ -50,18 +50,17 @@ echo "== data folder: ${SGATLIN_DATA_DIR:-data/, the samples of the repository}"
 echo "== README.md agrees with nbs/index.ipynb"
 "$VENV/bin/python" scripts/make_readme.py --check
 
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && [ -z "$(git status --porcelain)" ]; then
-  echo "== nbdev-clean and nbdev-export leave the tree unchanged"
-  "$VENV/bin/nbdev-clean"
-  "$VENV/bin/nbdev-export"
-  if [ -n "$(git status --porcelain)" ]; then
-    git status --short; git diff --stat
-    echo "FAIL: notebooks were not clean or sgatlin_nb/ is out of sync with nbs/ (run nbdev-clean && nbdev-export and commit)"
-    exit 1
-  fi
-else
-  echo "== (working tree has changes: skipping the nbdev hygiene check, which needs a clean tree)"
+# on a copy, so that the check runs on any tree, a developer's with changes too, and changes nothing here
+echo "== nbdev-clean and nbdev-export leave the notebooks and sgatlin_nb/ unchanged (checked on a copy)"
+HYGIENE=$(mktemp -d "${TMPDIR:-/tmp}/sgatlin_hygiene.XXXXXX")
+tar -cf - --exclude='__pycache__' --exclude='.ipynb_checkpoints' pyproject.toml _quarto.yml nbs sgatlin_nb | tar -C "$HYGIENE" -xf -
+VENV_BIN=$(cd "$VENV/bin" && pwd)
+(cd "$HYGIENE" && "$VENV_BIN/nbdev-clean" && "$VENV_BIN/nbdev-export") >/dev/null
+if ! diff -r -q -x '__pycache__' -x '.ipynb_checkpoints' nbs "$HYGIENE/nbs" || ! diff -r -q -x '__pycache__' sgatlin_nb "$HYGIENE/sgatlin_nb"; then
+  echo "FAIL: notebooks were not clean or sgatlin_nb/ is out of sync with nbs/ (run nbdev-clean && nbdev-export and commit)"
+  rm -rf "$HYGIENE"; exit 1
 fi
+rm -rf "$HYGIENE"
 
 # One persistent JAX compilation cache for the whole command (the notebooks, the tests and the processes and Slurm jobs
 # they start), in this clone's build folder: a program compiled once is read back everywhere else, and in later runs.

@@ -397,7 +397,7 @@ def kernel_inventory(text: str, compile: bool = True) -> dict:
                    'bytes': N * J * D * _MLIR_BYTES[dt] + sum(map(nbytes, ops[1:] + res))}
         elif k['operands'] == 6:  # table gradient: five per-selection arrays [M], the rows v [N, D]; partial sums out
             M, ((_, D), dt) = ops[0][0][0], ops[5]
-            row = {'kind': 'table gradient', 'iterations': M // programs, 'elements': M * D,
+            row = {'kind': 'table gradient', 'iterations': M // int(re.search(r'grid_x = (\d+)', line)[1]) // reads, 'elements': M * D,
                    'bytes': M * D * _MLIR_BYTES[dt] + sum(map(nbytes, ops[:5])) + 2 * nbytes(res[0])}
         else:
             continue

@@ -71,7 +71,7 @@ def gather_combine(table_RxD, rows_NxJ, a_NxJ, chunk):
 
 def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype,
                   start: float = 0.0):  # value the accumulator starts from: 0.0, or -0.0 for a second table
-    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked, summed in float32 and returned in `dtype` (`chunk` 'gpu' or 'interpret': `sorted_scatter_outer`)."
+    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked, summed in float32 and returned in `dtype` (`chunk` a kernel kind of `KERNELS`: `sorted_scatter_outer`)."
     if isinstance(chunk, str): return sorted_scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, dtype, interpret=chunk.startswith('interpret'))
     def one(acc, args):
         rows, a, v = args  # padded tokens have a = 0 and add nothing
@@ -231,6 +231,7 @@ def pow2_pieces(d: int) -> list[tuple[int, int]]:
     return out
 
 _TILE = 16  # tokens per program of the tile kernels
+WIDE_COLS, WIDE_UNROLL = 256, 4  # the wide kernels ('gpu-wide'): columns of a row per program, and rows read per loop step
 
 def _tile_call(kernel, grid, in_specs, out_specs, out_shape, interpret, *args, name: str):
     "`kernel` as a Pallas call named `name` (the name the lowered program carries: 92_gpu reads it), 4 warps a program on a GPU."
@@ -292,7 +293,8 @@ def segment_sum_sorted(values_MxD, seg_M, n_rows: int):
 
 _SPAN = 256  # sorted selections per program of sorted_scatter_outer
 
-def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: bool = False, span: int = _SPAN):
+def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: bool = False, span: int = _SPAN,
+                         wide: bool = False):  # a program per (span, WIDE_COLS columns), WIDE_UNROLL rows read per loop step
     "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`, deterministic and balanced: selections sorted by row, one Pallas program per `span` of them summing each row's run in float32, then `segment_sum_sorted` over those partial sums."
     (N, J), D = rows_NxJ.shape, v_NxD.shape[1]
     M = N * J
@@ -320,18 +322,29 @@ def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: 
                     out_ref[pl.ds(pair_ref[i], 1), pl.ds(s, z)] = y
             return acc
         jax.lax.fori_loop(0, E, one, tuple(jnp.zeros((1, z), jnp.float32) for _, z in pieces))
-    whole = lambda shape: pl.BlockSpec(shape, lambda p: (0,) * len(shape))
-    partial_PxD = _tile_call(kernel, (Mp // E,), [whole((Mp,))] * 5 + [whole((N, D))], whole((n_pairs, D)),
+    W, U = math.gcd(D, WIDE_COLS), math.gcd(E, WIDE_UNROLL)
+    def wide_kernel(token_ref, coef_ref, keep_ref, last_ref, pair_ref, v_ref, out_ref):
+        base, cols = pl.program_id(0) * E, pl.ds(pl.program_id(1) * W, W)
+        def step(s, acc):
+            at = [base + s * U + u for u in range(U)]
+            rows = [v_ref[pl.ds(token_ref[i], 1), cols] for i in at]  # U rows read together, then summed in order
+            for i, r in zip(at, rows):
+                acc = keep_ref[i] * acc + coef_ref[i] * r.astype(jnp.float32)
+                @pl.when(last_ref[i] != 0)
+                def _(): out_ref[pl.ds(pair_ref[i], 1), cols] = acc
+            return acc
+        jax.lax.fori_loop(0, E // U, step, jnp.zeros((1, W), jnp.float32))
+    grid, fn, name = ((Mp // E, D // W), wide_kernel, f'sgatlin_wide_scatter_u{U}') if wide else ((Mp // E,), kernel, 'sgatlin_sorted_scatter')
+    whole = lambda shape: pl.BlockSpec(shape, lambda *p: (0,) * len(shape))
+    partial_PxD = _tile_call(fn, grid, [whole((Mp,))] * 5 + [whole((N, D))], whole((n_pairs, D)),
                              jax.ShapeDtypeStruct((n_pairs, D), jnp.float32), interpret,
-                             token_M, coef_M, 1.0 - new_M.astype(jnp.float32), last_M, pair_M, v_NxD, name='sgatlin_sorted_scatter')
+                             token_M, coef_M, 1.0 - new_M.astype(jnp.float32), last_M, pair_M, v_NxD, name=name)
     first_P = jnp.searchsorted(pair_M, jnp.arange(n_pairs, dtype=jnp.int32), method='sort')  # a pair's first selection
     written_P = first_P < Mp  # pairs past the last are never written
     row_P = jnp.where(written_P, row_M[jnp.minimum(first_P, Mp - 1)], n_rows)
     return segment_sum_sorted(jnp.where(written_P[:, None], partial_PxD, 0.0), row_P, n_rows).astype(dtype)
 
 # %% ../nbs/01a_kernels.ipynb #wk000002
-WIDE_COLS, WIDE_UNROLL = 256, 4  # columns of a row per program, and selections read per loop step, of the wide tile kernels
-
 def _wide_tiles(kernel, table_RxD, rows_NxJ, per_token, split_per_token: bool, out_cols: int, out_block: int, out_dtype,
                 interpret: bool, name: str):
     "`kernel(table, rows, per_token, out)` once per (tile of tokens, block of `W` columns): `per_token` split by columns too if `split_per_token`; `out` `[N, out_cols]` in blocks of `out_block` columns."
@@ -349,6 +362,10 @@ def _reads_per_step(J: int) -> int:
     "Selections read per loop step: the largest power of two up to `WIDE_UNROLL` that divides `J`."
     return math.gcd(J, WIDE_UNROLL)
 
+def _read_rows(table_ref, rows_ref, first, U: int, cols) -> list:
+    "The table rows of selections `first, ..., first + U - 1` of a tile's tokens, columns `cols`: `U` reads issued before any is used."
+    return [table_ref[rows_ref[:, pl.ds(first + u, 1)][:, 0], cols] for u in range(U)]
+
 def wide_gather_dot(table_RxD, rows_NxJ, v_NxD, interpret: bool = False):
     "`tile_gather_dot` with a program per (tile of tokens, `WIDE_COLS` columns) and `WIDE_UNROLL` row reads in flight per step; the column blocks' partial dots summed after."
     (N, J), D = rows_NxJ.shape, table_RxD.shape[1]
@@ -357,8 +374,7 @@ def wide_gather_dot(table_RxD, rows_NxJ, v_NxD, interpret: bool = False):
         cols = pl.ds(pl.program_id(1) * W, W)
         v = v_ref[...].astype(jnp.float32)
         def step(i, _):
-            rows = [table_ref[rows_ref[:, pl.ds(i * U + u, 1)][:, 0], cols] for u in range(U)]  # U reads issued together
-            for u, r in enumerate(rows):
+            for u, r in enumerate(_read_rows(table_ref, rows_ref, i * U, U, cols)):
                 out_ref[:, pl.ds(i * U + u, 1)] = jnp.sum(v * r.astype(jnp.float32), axis=1)[:, None]
             return 0
         jax.lax.fori_loop(0, J // U, step, 0)
@@ -372,8 +388,7 @@ def wide_gather_combine(table_RxD, rows_NxJ, a_NxJ, interpret: bool = False):
     def kernel(table_ref, rows_ref, a_ref, out_ref):
         cols = pl.ds(pl.program_id(1) * W, W)
         def step(i, acc):
-            rows = [table_ref[rows_ref[:, pl.ds(i * U + u, 1)][:, 0], cols] for u in range(U)]  # U reads issued together
-            for u, r in enumerate(rows):
+            for u, r in enumerate(_read_rows(table_ref, rows_ref, i * U, U, cols)):
                 acc = acc + a_ref[:, pl.ds(i * U + u, 1)].astype(jnp.float32) * r.astype(jnp.float32)
             return acc
         out_ref[...] = jax.lax.fori_loop(0, J // U, step, jnp.zeros((_TILE, W), jnp.float32)).astype(out_ref.dtype)
