@@ -605,8 +605,8 @@ def test_resume_into_a_missing_folder_says_it_starts_a_new_run(tmp_path, data_di
 
 def test_a_run_that_ends_releases_its_mirror_lock(tmp_path, data_dir, monkeypatch):
     """The mirror's lock.json stayed after the run that wrote it had ended, so the bucket seemed in use by a run that no
-    longer was. Now a run that ends (its last step, or an error) removes the lock if it is still its own; a run resumed
-    from that mirror into a new folder then works, and leaves no lock either."""
+    longer was. Now a run that ends (its last step, an error, a signal that checkpoints) removes the lock if it is still
+    its own; a run resumed from that mirror into a new folder works, and leaves no lock either."""
     from sgatlin_nb.data import DataError
     mirror = tmp_path / "mirror"
     url = f"file://{mirror}"
@@ -621,6 +621,24 @@ def test_a_run_that_ends_releases_its_mirror_lock(tmp_path, data_dir, monkeypatc
     before = snapshot(mirror)
     _fails(_refused_train(tmp_path / "c", data_dir, "--steps", "2", "--resume", "--mirror", url), "no data here")
     assert snapshot(mirror) == before
+    # stopped by a signal that checkpoints (Slurm's SIGTERM): the stopped step is copied, then the lock goes
+    mirror2, out = tmp_path / "mirror2", tmp_path / "d"
+    proc = subprocess.Popen(sgatlin_cmd() + ["train", "--config", "test-tiny", "--data", "tinystories", "--out", str(out), "--steps",
+                                             "1000", "ckpt_every=1000", "eval_every=1000", "--quiet", "--mirror", f"file://{mirror2}"],
+                            env={**os.environ, "JAX_PLATFORMS": "cpu", "SGATLIN_DATA_DIR": str(data_dir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (out / "metrics.jsonl").exists() and proc.poll() is None and time.time() < deadline: time.sleep(0.05)
+        while '"loss"' not in (out / "metrics.jsonl").read_text() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)  # a step is logged: the loop, which turns SIGTERM into a checkpoint, runs
+        assert proc.poll() is None and (mirror2 / "lock.json").exists(), proc.poll()
+        proc.send_signal(signal.SIGTERM)
+        stderr = proc.communicate(timeout=300)[1]
+    finally:
+        if proc.poll() is None: proc.kill()
+    assert proc.returncode > 0 and "SIGTERM at step" in stderr, stderr[-2000:]
+    assert not (mirror2 / "lock.json").exists() and mirror_steps_of(mirror2) == checkpoint_steps(out) != [], stderr[-2000:]
 
 
 def mirror_steps_of(mirror: Path) -> list[int]:
