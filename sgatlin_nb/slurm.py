@@ -27,7 +27,7 @@ import yaml
 from papermill.translators import papermill_translators
 
 from .scaling import isoflop_chart, merge_results, results_frame, sparsity_chart
-from .runs import RunError, save_chart, terminal_safe
+from .runs import RunError, save_chart, terminal_safe, writing_lock
 
 # %% ../nbs/91_slurm.ipynb #7d6114d7
 def parse_value(text: str):
@@ -383,7 +383,8 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
     _directives(job_name=job_name, partition=partition, account=account)  # before the run folder is named after it
     run_dir = Path(run_dir).absolute() if run_dir else Path(out_dir).absolute() / f'{job_name}-{datetime.datetime.now():%Y%m%d-%H%M%S}'
     tasks = sweep_tasks(nb, parse_params(params), parse_sweep(sweep), run_dir)
-    record = _read_submission(run_dir) if (run_dir / SUBMISSION).exists() else {'notebook': str(nb.absolute()), 'tasks': tasks, 'jobs': []}
+    seen = _read_submission(run_dir) if (run_dir / SUBMISSION).exists() else None  # checked again under the lock
+    record = seen or {'notebook': str(nb.absolute()), 'tasks': tasks, 'jobs': []}
     if (record['notebook'], record['tasks']) != (str(nb.absolute()), tasks):
         raise RunError(f"{run_dir} holds a submission of other tasks (see {run_dir / SUBMISSION}): choose another --run-dir")
     todo = [i for i in range(len(tasks)) if not (run_dir / str(i) / 'done').exists()]
@@ -409,21 +410,29 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
     if shutil.which('sbatch') is None:
         raise RunError("sbatch is not on PATH: submit from a Slurm login node, or pass --dry-run to print the script")
     made = [p for p in [*reversed(run_dir.parents), run_dir, *(run_dir / str(i) for i in range(len(tasks)))] if not p.exists()]
-    for i in range(len(tasks)): (run_dir / str(i)).mkdir(parents=True, exist_ok=True)
-    for name, text in scripts.items(): (run_dir / name).write_text(text)
-    if lean: lean_notebook(nb, lean)  # written again at each submission: the notebook may have changed
-    try: job = _sbatch(run_dir / 'job.sbatch', *array)
-    except RunError:
-        if not record['jobs']:  # a first submission refused: take back what it wrote
-            for name in [*scripts, *([lean.name] if lean else [])]: (run_dir / name).unlink(missing_ok=True)
-            for p in reversed(made): p.rmdir()
-        raise
-    entry = {'job': job, 'tasks': todo, 'array': len(tasks) > 1}
-    record['jobs'].append(entry)
+    refused = []  # the folders a refused first submission made: removed once its lock (a file beside run_dir) is gone
     try:
-        if results_param: entry['collect'] = _sbatch(run_dir / 'collect.sbatch', f'--dependency=afterany:{job}')
-    finally:  # the job is queued: record it even when the collect job was refused
-        (run_dir / SUBMISSION).write_text(json.dumps(record, indent=1) + '\n')
+        with writing_lock(run_dir, 'sgatlin submit'):  # one submit per run folder at a time: a second is refused, naming the first
+            if (_read_submission(run_dir) if (run_dir / SUBMISSION).exists() else None) != seen:
+                raise RunError(f"{run_dir} was submitted by another sgatlin submit while this one prepared: run the same "
+                               f"command again to submit what is left")
+            for i in range(len(tasks)): (run_dir / str(i)).mkdir(parents=True, exist_ok=True)
+            for name, text in scripts.items(): (run_dir / name).write_text(text)
+            if lean: lean_notebook(nb, lean)  # written again at each submission: the notebook may have changed
+            try: job = _sbatch(run_dir / 'job.sbatch', *array)
+            except RunError:
+                if not record['jobs']:  # a first submission refused: take back what it wrote
+                    for name in [*scripts, *([lean.name] if lean else [])]: (run_dir / name).unlink(missing_ok=True)
+                    refused = made
+                raise
+            entry = {'job': job, 'tasks': todo, 'array': len(tasks) > 1}
+            record['jobs'].append(entry)
+            try:
+                if results_param: entry['collect'] = _sbatch(run_dir / 'collect.sbatch', f'--dependency=afterany:{job}')
+            finally:  # the job is queued: record it even when the collect job was refused
+                (run_dir / SUBMISSION).write_text(json.dumps(record, indent=1) + '\n')
+    finally:
+        for p in reversed(refused): p.rmdir()
     if log: log(f"submitted job {job}: {len(todo)} of {len(tasks)} task(s), run folder {run_dir}")
     if wait: wait_run(run_dir, log=log)
     return job

@@ -547,3 +547,35 @@ def test_export_while_another_writes_its_out_or_into_the_current_folder(tmp_path
     monkeypatch.chdir(tmp_path)
     _refused(capsys, ["export", "--run", str(reference_run()), "--out", "."], "out=. is the current folder: ", "e.g. --out export")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_submits_into_one_run_folder(tmp_path, capsys, monkeypatch):
+    """Two `submit --run-dir R` at once both wrote R's scripts and submission.json (the last one's record kept, the other
+    job forgotten). While one submits (a real process, its sbatch slow), the other is refused in one line naming it; the
+    first then records its job, and no lock file is left."""
+    import subprocess
+    import time
+    import nbformat
+    from conftest import sgatlin_cmd
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]})]
+    nbformat.write(nb, tmp_path / "job.ipynb")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sbatch").write_text("#!/bin/sh\nsleep 3\necho 4242\n")
+    (tmp_path / "bin" / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    run_dir, lock = tmp_path / "slurm" / "r", tmp_path / "slurm" / ".r.lock"
+    argv = ["submit", str(tmp_path / "job.ipynb"), "-p", "x=2", "--run-dir", str(run_dir)]
+    first = subprocess.Popen(sgatlin_cmd() + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    try:
+        deadline = time.time() + 120
+        while not lock.exists() and first.poll() is None and time.time() < deadline: time.sleep(0.05)
+        assert first.poll() is None and lock.exists(), first.poll()
+        _refused(capsys, argv, f"out={run_dir} is being written by sgatlin submit (pid {first.pid} on ")
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None: first.kill()
+    assert first.returncode == 0 and "submitted job 4242" in out, err[-2000:]
+    assert [j["job"] for j in json.loads((run_dir / "submission.json").read_text())["jobs"]] == ["4242"]
+    assert sorted(p.name for p in (tmp_path / "slurm").iterdir()) == ["r"]
