@@ -23,7 +23,8 @@ Parts, most important first (a short time box keeps the first):
    intercept, and the whole `sgatlin-s6` at 12).
 5. Decoding with the key-value cache: tokens per second at batch 1 and 64 for sgatlin, the twin and the MoE.
 
-The cost model of 92_gpu prices each design before a GPU runs it; 92_gpu sets its predictions beside these figures.
+6. The cost model's predictions of the step designs and the kernels alone (92_gpu: fitted to the H200's committed
+   figures, priced at this device's bandwidth), beside the measurements; left to 92_gpu where `triton` is missing.
 """
 import argparse
 import contextlib
@@ -247,6 +248,37 @@ def bench_decode(res, save, a, gpu, deadline):
                 out[f'{n}, batch {batch}']['vs_twin'] = twin['tokens_per_s'] / out[f'{n}, batch {batch}']['tokens_per_s']
 
 
+def bench_predictions(res, save, a):
+    "The cost model of 92_gpu, fitted to the committed H200 figures, priced at this device's bandwidth: each step design of this run (its dense work from this run's twin, in the H200's proportion) and each kernel alone at s6's sizes. Needs the `triton` package (to read the kernels' registers); without it the predictions are left to 92_gpu."
+    from sgatlin_nb.gpu import (adamw_bytes, calibration_figures, figure_seconds, fit_cost_model, kernel_bench_inventory,
+                                sparse_seconds, step_inventory)
+    root = Path(__file__).resolve().parents[1]
+    bench = json.loads((root / 'benchmarks' / 'results' / 'gpu_bench_nvidia_h200.json').read_text())
+    before = json.loads((root / 'nbs' / 'results' / 'cost_inventory_30851f6.json').read_text())
+    try:
+        figures = calibration_figures(bench, before)
+    except RuntimeError as e:  # no triton here
+        res['predicted'] = f'not made here ({e}); 92_gpu makes them'; return
+    theta = fit_cost_model(figures, bench['hbm_bytes_per_s'])
+    hbm = res['hbm_bytes_per_s'] or bench['hbm_bytes_per_s']
+    dense_share = figures['step sgatlin']['dense_s'] / bench['step']['swiglu twin']['s_per_step']
+    out = res['predicted'] = {'theta': theta, 'hbm_bytes_per_s': hbm, 'step': {}, 'kernels': {}}
+    twin = res.get('step', {}).get('swiglu twin')
+    for name in ('sgatlin', 'sgatlin, wide kernels', 'sgatlin, as timed'):
+        cfg = step_config(name, a.mini, a.step_layers)
+        with design(name, gpu=True):
+            inv = step_inventory(cfg, cfg.model.n_layers, cfg.batch_size, kernels='gpu-wide' if 'wide' in name else 'gpu')
+        fig = {'inventory': inv, 'n_gates': cfg.model.n_layers, 'step': True, 'dense_s': dense_share * twin['s_per_step'] if twin else 0.0,
+               'adamw_bytes': adamw_bytes(cfg.model.ffw, cfg.model.n_layers)}
+        out['step'][name] = {'s_per_step': figure_seconds(theta, fig, hbm), 'sparse_s': sparse_seconds(theta, inv, cfg.model.n_layers, hbm, True),
+                             'measured_s': res.get('step', {}).get(name, {}).get('s_per_step')}
+    for kernels in ('gpu', 'gpu-wide'):
+        for n, inv in kernel_bench_inventory(kernels).items():
+            out['kernels'][f'{n} {kernels}'] = sum(sparse_seconds(theta, inv, int(n == 'gate'), hbm).values()) * 1e6
+    print('predicted ' + ', '.join(f"{n} {1e3 * r['s_per_step']:.1f} ms" for n, r in out['step'].items()), flush=True)
+    save()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--out', required=True, help='folder for the JSON file (named after the device)')
@@ -265,7 +297,8 @@ def main(argv=None):
         ('kernels', lambda: bench_kernels(res, save, a, gpu, deadline)),
         ('depth', lambda: [bench_steps(res, save, a, gpu, deadline, ('sgatlin', 'swiglu twin'), layers=n, key=f'depth {n}')
                            for n in ((1,) if a.mini else (2, 12))]),
-        ('decode', lambda: bench_decode(res, save, a, gpu, deadline))))
+        ('decode', lambda: bench_decode(res, save, a, gpu, deadline)),
+        ('predictions', lambda: bench_predictions(res, save, a))))
 
 
 if __name__ == '__main__':

@@ -9,7 +9,8 @@ __all__ = ['H100_BYTES', 'TRITON_CALL', 'COLLECTIVES', 'SUBMIT_LINE', 'SM90', 'C
            'partition_rows', 'partition_checks', 'paper_presets', 'preset_ends', 'preset_row', 'gpu_table',
            'table_markdown', 'min_grad_accum', 'equal_flops_swiglu', 'time_train_step', 'export_cuda',
            'compiled_resources', 'programs_per_sm', 'kernel_inventory', 'layer_bench_inventory', 'step_inventory',
-           'kernel_seconds', 'sparse_seconds', 'figure_seconds', 'fit_cost_model', 'adamw_bytes']
+           'kernel_bench_inventory', 'kernel_seconds', 'sparse_seconds', 'figure_seconds', 'fit_cost_model',
+           'adamw_bytes', 'calibration_figures']
 
 # %% ../nbs/92_gpu.ipynb #4be563a8
 import dataclasses
@@ -25,10 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from flax import nnx
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec as P
 
-from .baselines import FFWConfig
-from .kernels import use_kernels
+from .baselines import FFWConfig, make_ffw
+from .kernels import gather_combine, gather_dot, sorted_scatter_outer, use_kernels
 from .model import use_scan
 from .complexity import H100_BF16_FLOPS, TRAIN_FLOPS_PER_FORWARD, ffw_cost, gpu_hours, model_flops, model_params
 from .scaling import LADDER_KINDS, PAPER_LADDER, PAPER_PROTOCOL, Point, Protocol
@@ -412,8 +414,6 @@ def kernel_inventory(text: str, compile: bool = True) -> dict:
 # %% ../nbs/92_gpu.ipynb #cm000006
 def layer_bench_inventory(scale: int, n_tokens: int = 16 * 2048, keeps_output: bool = False, kernels: str = 'gpu') -> dict:
     "`kernel_inventory` of `gpu_bench.py`'s layer bench at paper rung `scale`: the gradient of `sum(layer(x) * ct)` in parameters and `x`; unless `keeps_output`, without the forward `gather_combine` (XLA drops it: nothing reads the output)."
-    from flax import nnx
-    from sgatlin_nb.baselines import make_ffw
     sg = PAPER_LADDER.ffw(scale, 'sgatlin')
     cfg = dataclasses.replace(sg, dtype='bfloat16')
     graphdef, params = nnx.split(nnx.eval_shape(lambda: make_ffw(cfg, rngs=nnx.Rngs(0))), nnx.Param)
@@ -438,6 +438,20 @@ def step_inventory(cfg: TrainConfig, n_layers: int = 4, batch_size: int = 16, ke
         text = jax.export.export(step, platforms=['cuda'],
                                  disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)])(*args).mlir_module()
     return kernel_inventory(text)
+
+def kernel_bench_inventory(kernels: str = 'gpu', scale: int = 6, n_tokens: int = 16 * 2048) -> dict:
+    "`kernel_inventory` of each sparse kernel alone as `gpu_bench.py` times it, at paper rung `scale`'s per-device sizes with a `bfloat16` table: 'gather_dot', 'gather_combine' (with `kernels`, 'gpu' or 'gpu-wide'), 'table gradient' (its wide form with 'gpu-wide') and 'gate' (forward and backward, the GPU path)."
+    sg = PAPER_LADDER.ffw(scale, 'sgatlin')
+    N, J, D, R = n_tokens, sg.n_channels * sg.k, sg.d_model, sg.n_channels * sg.d_ffw
+    S = jax.ShapeDtypeStruct
+    t, rows, v, a = S((R, D), jnp.bfloat16), S((N, J), jnp.int32), S((N, D), jnp.bfloat16), S((N, J), jnp.float32)
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: make_ffw(dataclasses.replace(sg, dtype='bfloat16'), rngs=nnx.Rngs(0))), nnx.Param)
+    gate_loss = lambda p, x, ct: jnp.sum(nnx.merge(graphdef, p).gate(x).scores * ct)
+    wide = kernels.endswith('-wide')
+    return {'gather_dot': kernel_inventory(export_cuda(lambda t, r, v: gather_dot(t, r, v, kernels), t, rows, v, kernels=kernels)),
+            'gather_combine': kernel_inventory(export_cuda(lambda t, r, a: gather_combine(t, r, a, kernels), t, rows, a, kernels=kernels)),
+            'table gradient': kernel_inventory(export_cuda(lambda r, a, v: sorted_scatter_outer(R, r, a, v, jnp.float32, wide=wide), rows, a, v)),
+            'gate': kernel_inventory(export_cuda(jax.grad(gate_loss), params, S((N, D), jnp.float32), S((N, sg.n_channels, sg.k), jnp.float32)))}
 
 
 # %% ../nbs/92_gpu.ipynb #cm000009
@@ -482,4 +496,19 @@ def fit_cost_model(figures: dict, hbm: float, leave_out=()) -> dict:
 def adamw_bytes(ffw: FFWConfig, n_layers: int) -> int:
     "Bytes AdamW moves per step over `n_layers` feedforward layers of `ffw`: read parameter, gradient and two moments, write three (float32)."
     return n_layers * ffw_cost(ffw).params * 4 * 7
+
+def calibration_figures(bench: dict, before: dict, n_blocks: int = 4) -> dict:
+    "The cost model's figures (name -> figure) from a `gpu_bench.py` result (`bench`) and the inventories of the steps it timed (`before['steps']`, lowered from the code it ran): the three kernels and the gate alone, the layer at rungs 4, 6 and 8, the steps of sgatlin and PEER."
+    alone = kernel_bench_inventory()
+    figures = {f'kernel {n}': {'measured_s': bench['kernels'][n]['GPU kernels']['us'] * 1e-6, 'inventory': alone[n], 'n_gates': 0}
+               for n in ('gather_dot', 'gather_combine', 'table gradient')}
+    figures['kernel gate'] = {'measured_s': bench['kernels']['gate backward']['GPU kernels']['us'] * 1e-6, 'inventory': alone['gate'], 'n_gates': 1}
+    for s in (4, 6, 8):
+        figures[f'layer s{s}'] = {'measured_s': bench['layer'][f's{s}']['sgatlin']['s'], 'inventory': layer_bench_inventory(s), 'n_gates': 1}
+    dense_s = bench['step']['swiglu twin']['s_per_step'] - n_blocks * bench['layer']['s6']['swiglu twin']['s']  # the twin without its layers
+    presets = dict(paper_presets(scales=(6,)))
+    for kind in ('sgatlin', 'peer'):
+        figures[f'step {kind}'] = {'measured_s': bench['step'][kind]['s_per_step'], 'inventory': before['steps'][kind], 'n_gates': n_blocks,
+                                   'step': True, 'dense_s': dense_s, 'adamw_bytes': adamw_bytes(presets[f'{kind}-s6'].model.ffw, n_blocks)}
+    return figures
 

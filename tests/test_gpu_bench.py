@@ -74,3 +74,7 @@ def test_gpu_profile_mini(tmp_path):
     assert sorted(res["depth 1"]) == ["sgatlin", "swiglu twin"] and res["depth 1"]["sgatlin"]["n_layers"] == 1
     assert sorted(res["decode"]) == sorted(f"{m}, batch {b}" for m in ("sgatlin", "swiglu twin", "moe") for b in (1, 64))
     assert all(r["tokens_per_s"] > 0 for r in res["decode"].values())
+    pred = res["predicted"]  # the cost model's predictions beside the figures (toy sizes: only that the path runs)
+    assert sorted(pred["step"]) == sorted(["sgatlin", "sgatlin, wide kernels", "sgatlin, as timed"])
+    assert all(r["s_per_step"] > 0 and r["measured_s"] == steps[n]["s_per_step"] for n, r in pred["step"].items())
+    assert len(pred["kernels"]) == 2 * 4 and all(us > 0 for us in pred["kernels"].values())
