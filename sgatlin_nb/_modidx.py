@@ -740,6 +740,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs.lock_run': ('runs.html#lock_run', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.mirror_errors': ('runs.html#mirror_errors', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.mirror_fs': ('runs.html#mirror_fs', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs.mirror_released': ('runs.html#mirror_released', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.mirror_steps': ('runs.html#mirror_steps', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.offline_charts': ('runs.html#offline_charts', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs.one_line': ('runs.html#one_line', 'sgatlin_nb/runs.py'),

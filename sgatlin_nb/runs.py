@@ -8,8 +8,8 @@ __all__ = ['MIRRORED', 'MIRROR_LOCK', 'EXPORT_DTYPES', 'EXPORT_FORMAT', 'EXPORT_
            'Preempted', 'checkpoint_manager', 'checkpoint_steps', 'write_checksums', 'checkpoint_damage',
            'DamagedCheckpoint', 'restore_checkpoint', 'set_aside', 'MetricsLog', 'read_metrics', 'code_identity',
            'load_run', 'read_params', 'mirror_errors', 'mirror_fs', 'mirror_steps', 'push_run', 'release_mirror',
-           'check_mirror', 'pull_run', 'exported', 'export_run', 'export_config', 'list_runs', 'ScriptSafeJSON',
-           'refuse_existing', 'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
+           'mirror_released', 'check_mirror', 'pull_run', 'exported', 'export_run', 'export_config', 'list_runs',
+           'ScriptSafeJSON', 'refuse_existing', 'save_chart', 'use_bundle_file', 'chart_html', 'offline_charts']
 
 # %% ../nbs/06a_runs.ipynb #48452256
 import contextlib
@@ -513,6 +513,15 @@ def release_mirror(url: str):
     except Exception as e:
         print(f"note: {url}/{MIRROR_LOCK} could not be removed ({one_line(e)}); a run started later on this host replaces it",
               file=sys.stderr)
+
+@contextlib.contextmanager
+def mirror_released(url: str | None):
+    """Run the body; then `release_mirror(url)`, however the body ends, unless this process held the mirror's lock before
+    it began (a `push_run` called by hand: that lock stays its caller's). `url` None: nothing to release."""
+    before = url is None or url in _HELD
+    try: yield
+    finally:
+        if not before: release_mirror(url)
 
 def _mirror_run(fs, root: str, url: str) -> dict:
     "The mirror's `run.json`, read; `RunError` naming it if it cannot be."

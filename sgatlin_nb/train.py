@@ -45,7 +45,7 @@ from .distributed import (StopSignals, gather_params, make_mesh, on_process_0, p
 from .model import ATTENTIONS, Transformer, attention_in, generate, use_attention, use_scan
 from .runs import (DamagedCheckpoint, MetricsLog, Preempted, RunError, TrainConfig, check_run_dir, checkpoint_damage, code_identity,
                              checkpoint_manager, checkpoint_steps, check_mirror, lock_run, mirror_fs, one_line, pull_run,
-                             push_run, release_mirror, restore_checkpoint, set_aside, write_checksums)
+                             mirror_released, push_run, restore_checkpoint, set_aside, write_checksums)
 
 # %% ../nbs/06_train.ipynb #9dc12c7d
 def wsd_sqrt_schedule(peak: float, total_steps: int, warmup_steps: int, decay_fraction: float = 0.2) -> Callable:
@@ -412,7 +412,8 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
     created = not out.exists()
     lock = lock_run(out) if first else None
     try:
-        with use_attention(attention), use_scan(scan_layers):
+        # the run ends, however it ends (its last step, a signal that checkpoints, an error): the mirror lock it took goes
+        with use_attention(attention), use_scan(scan_layers), mirror_released(mirror if first else None):
             return _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at, profile, check_memory, quiet_disk_full,
                           mirror)
     except BaseException as e:
@@ -421,7 +422,6 @@ def train(cfg: TrainConfig, data: str, out: str | Path, *, resume: bool = False,
         raise
     finally:
         if lock is not None: lock.close()
-        if first and mirror is not None: release_mirror(mirror)  # the run ends, however it ends: its mirror lock goes
 
 class DiskFull(RunError):
     """A checkpoint could not be written: the disk is full. `stderr_fd`, when not 2, is the real standard error: the run
