@@ -8,9 +8,9 @@ __all__ = ['H100_BYTES', 'TRITON_CALL', 'COLLECTIVES', 'SUBMIT_LINE', 'SM90', 'C
            'loop_trips', 'top_k_types', 'compile_step', 'partition_report', 'one_block', 'partition_configs',
            'partition_rows', 'partition_checks', 'paper_presets', 'preset_ends', 'preset_row', 'gpu_table',
            'table_markdown', 'min_grad_accum', 'equal_flops_swiglu', 'time_train_step', 'export_cuda',
-           'compiled_resources', 'programs_per_sm', 'kernel_inventory', 'layer_bench_inventory', 'step_inventory',
-           'kernel_bench_inventory', 'kernel_seconds', 'sparse_seconds', 'figure_seconds', 'fit_cost_model',
-           'adamw_bytes', 'calibration_figures']
+           'compiled_resources', 'programs_per_sm', 'kernel_inventory', 'kernel_bench_inventory',
+           'layer_bench_inventory', 'step_inventory', 'kernel_seconds', 'sparse_seconds', 'figure_seconds',
+           'fit_cost_model', 'adamw_bytes', 'calibration_figures']
 
 # %% ../nbs/92_gpu.ipynb #4be563a8
 import dataclasses
@@ -410,6 +410,20 @@ def kernel_inventory(text: str, compile: bool = True) -> dict:
         kernels.append(row)
     return {'kernels': kernels, 'top_k': [_tensor(t)[0] for t in _TOP_K.findall(text)]}
 
+def kernel_bench_inventory(kernels: str = 'gpu', scale: int = 6, n_tokens: int = 16 * 2048) -> dict:
+    "`kernel_inventory` of each sparse kernel alone as `gpu_bench.py` times it, at paper rung `scale`'s per-device sizes with a `bfloat16` table: 'gather_dot', 'gather_combine' (with `kernels`, 'gpu' or 'gpu-wide'), 'table gradient' (its wide form with 'gpu-wide') and 'gate' (forward and backward, the GPU path)."
+    sg = PAPER_LADDER.ffw(scale, 'sgatlin')
+    N, J, D, R = n_tokens, sg.n_channels * sg.k, sg.d_model, sg.n_channels * sg.d_ffw
+    S = jax.ShapeDtypeStruct
+    t, rows, v, a = S((R, D), jnp.bfloat16), S((N, J), jnp.int32), S((N, D), jnp.bfloat16), S((N, J), jnp.float32)
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: make_ffw(dataclasses.replace(sg, dtype='bfloat16'), rngs=nnx.Rngs(0))), nnx.Param)
+    gate_loss = lambda p, x, ct: jnp.sum(nnx.merge(graphdef, p).gate(x).scores * ct)
+    wide = kernels.endswith('-wide')
+    return {'gather_dot': kernel_inventory(export_cuda(lambda t, r, v: gather_dot(t, r, v, kernels), t, rows, v, kernels=kernels)),
+            'gather_combine': kernel_inventory(export_cuda(lambda t, r, a: gather_combine(t, r, a, kernels), t, rows, a, kernels=kernels)),
+            'table gradient': kernel_inventory(export_cuda(lambda r, a, v: sorted_scatter_outer(R, r, a, v, jnp.float32, wide=wide), rows, a, v)),
+            'gate': kernel_inventory(export_cuda(jax.grad(gate_loss), params, S((N, D), jnp.float32), S((N, sg.n_channels, sg.k), jnp.float32)))}
+
 
 # %% ../nbs/92_gpu.ipynb #cm000006
 def layer_bench_inventory(scale: int, n_tokens: int = 16 * 2048, keeps_output: bool = False, kernels: str = 'gpu') -> dict:
@@ -438,21 +452,6 @@ def step_inventory(cfg: TrainConfig, n_layers: int = 4, batch_size: int = 16, ke
         text = jax.export.export(step, platforms=['cuda'],
                                  disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)])(*args).mlir_module()
     return kernel_inventory(text)
-
-def kernel_bench_inventory(kernels: str = 'gpu', scale: int = 6, n_tokens: int = 16 * 2048) -> dict:
-    "`kernel_inventory` of each sparse kernel alone as `gpu_bench.py` times it, at paper rung `scale`'s per-device sizes with a `bfloat16` table: 'gather_dot', 'gather_combine' (with `kernels`, 'gpu' or 'gpu-wide'), 'table gradient' (its wide form with 'gpu-wide') and 'gate' (forward and backward, the GPU path)."
-    sg = PAPER_LADDER.ffw(scale, 'sgatlin')
-    N, J, D, R = n_tokens, sg.n_channels * sg.k, sg.d_model, sg.n_channels * sg.d_ffw
-    S = jax.ShapeDtypeStruct
-    t, rows, v, a = S((R, D), jnp.bfloat16), S((N, J), jnp.int32), S((N, D), jnp.bfloat16), S((N, J), jnp.float32)
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: make_ffw(dataclasses.replace(sg, dtype='bfloat16'), rngs=nnx.Rngs(0))), nnx.Param)
-    gate_loss = lambda p, x, ct: jnp.sum(nnx.merge(graphdef, p).gate(x).scores * ct)
-    wide = kernels.endswith('-wide')
-    return {'gather_dot': kernel_inventory(export_cuda(lambda t, r, v: gather_dot(t, r, v, kernels), t, rows, v, kernels=kernels)),
-            'gather_combine': kernel_inventory(export_cuda(lambda t, r, a: gather_combine(t, r, a, kernels), t, rows, a, kernels=kernels)),
-            'table gradient': kernel_inventory(export_cuda(lambda r, a, v: sorted_scatter_outer(R, r, a, v, jnp.float32, wide=wide), rows, a, v)),
-            'gate': kernel_inventory(export_cuda(jax.grad(gate_loss), params, S((N, D), jnp.float32), S((N, sg.n_channels, sg.k), jnp.float32)))}
-
 
 # %% ../nbs/92_gpu.ipynb #cm000009
 COST_TERMS = ('eta_max', 'tau gather_dot', 'tau gather_combine', 'tau table gradient', 'beta', 'gamma', 'kappa')
