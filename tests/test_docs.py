@@ -321,7 +321,7 @@ def check_source_links(name: str, html: str, executed_nbs: Path):
         assert own, f"{name}: a [source] link that does not open the site's own source page: {href}"
         target = executed_nbs / "source" / f"{own[1]}.html"
         assert target.is_file(), f"{name}: {href} names no page of the site ({target} is missing)"
-        (SHOTS / "source").mkdir(exist_ok=True)
+        (SHOTS / "source").mkdir(parents=True, exist_ok=True)  # also when this test runs alone
         shutil.copy(target, SHOTS / "source" / target.name)
         if own[2]:
             assert f'id="L-{own[2]}"' in target.read_text(), f"{name}: {href}: no such line on the page"
