@@ -388,12 +388,17 @@ def test_a_task_file_without_items_or_choices_is_one_line(tmp_path, capsys, monk
 
 def test_a_mirror_without_credentials_is_one_line(tmp_path, capsys, monkeypatch):
     "`--mirror s3://...` with no AWS credentials: one line naming the URL and what to set, before any file is written."
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"): monkeypatch.delenv(name, raising=False)
+    # every AWS_ variable goes (a CI image may name a container or web-identity credential source), no files, no IMDS
+    for name in [n for n in os.environ if n.startswith("AWS_")]: monkeypatch.delenv(name)
     for name in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"): monkeypatch.setenv(name, str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     url = "s3://sgatlin-no-such-bucket/run"
-    _refused(capsys, ["train", "--config", "test-tiny", "--steps", "2", "--out", str(tmp_path / "run"), "--mirror", url, "--quiet"],
-             f"the mirror {url} cannot be used (NoCredentialsError: Unable to locate credentials)", "AWS_ACCESS_KEY_ID")
+    line = _refused(capsys, ["train", "--config", "test-tiny", "--steps", "2", "--out", str(tmp_path / "run"), "--mirror", url, "--quiet"],
+                    f"the mirror {url} cannot be used (", "AWS_ACCESS_KEY_ID")
+    # which botocore error comes first depends on the machine (no credentials; or, where some credential source still
+    # answers, no route to S3 from a CI machine that reaches only package registries): either is named in the one line
+    assert re.search(r"cannot be used \((NoCredentialsError: Unable to locate credentials|EndpointConnectionError: |"
+                     r"ConnectTimeoutError: |ClientError: )", line), line
     assert not (tmp_path / "run").exists()
 
 
