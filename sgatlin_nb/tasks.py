@@ -229,6 +229,7 @@ class Scorer:
             batch_size = -(-batch_size // mesh.shape['data']) * mesh.shape['data']
             params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
         self.graphdef, self.params, self.seq_len, self.batch_size, self.mesh = graphdef, params, seq_len, batch_size, mesh
+        self.devices = 0  # how many devices the last batch's results came from (its sharding), as `score_tasks` records
         self._fn = jax.jit(partial(_token_logprobs, graphdef))
 
     @classmethod
@@ -256,7 +257,9 @@ class Scorer:
             for b, (_, toks, _) in enumerate(batch):
                 inputs_BxT[b, :len(toks) - 1], targets_BxT[b, :len(toks) - 1] = toks[:-1], toks[1:]
             if self.mesh is not None: inputs_BxT, targets_BxT = shard_batch(inputs_BxT, self.mesh), shard_batch(targets_BxT, self.mesh)
-            lp_BxT, greedy_BxT = map(np.asarray, self._fn(self.params, inputs_BxT, targets_BxT))
+            out = self._fn(self.params, inputs_BxT, targets_BxT)
+            self.devices = len(out[0].sharding.device_set)
+            lp_BxT, greedy_BxT = map(np.asarray, out)
             for b, (i, toks, n) in enumerate(batch):
                 at = slice(len(toks) - 1 - n, len(toks) - 1)
                 lp[i] += lp_BxT[b, at].astype(np.float64).sum()
@@ -341,7 +344,8 @@ def score_tasks(
     progress: bool = True,
     details: bool = False,         # also keep every choice's score (`per_item`, each item's `item_results`, is always kept)
 ) -> dict:
-    "Score a run on standard tasks: accuracy with intervals and bits per byte per task, each item's result, and how long each took."
+    """Score a run on standard tasks: accuracy with intervals and bits per byte per task, each item's result, and how long each
+    took; `split` records how each batch ran (the devices its results came from, and the batch padded to a multiple of them)."""
     names = [t.strip() for t in tasks.split(',')] if isinstance(tasks, str) else list(tasks)
     if not names or not all(names): raise RunError(f"--tasks takes comma-separated names of {', '.join(TASKS)}; got {tasks!r}")
     for n in names:
@@ -355,6 +359,7 @@ def score_tasks(
         res['tasks'][n] = {**task_metrics(TASKS[n], items, scores), 'what': what, 'seconds': time.perf_counter() - t0,
                            'per_item': item_results(TASKS[n], items, scores)}  # two runs' files compare with `paired_difference`
         if details: res['tasks'][n]['scores'] = scores
+    res['split'] = {'devices': scorer.devices, 'batch_size': scorer.batch_size}  # the padded batch: rows per pass, over all devices
     return res
 
 def _interval(x, ci) -> str:

