@@ -71,11 +71,12 @@ def test_not_a_run(tmp_path, data_dir, run20):
     (tmp_path / "empty").mkdir()
     (tmp_path / "db").mkdir()
     (tmp_path / "db" / "manifest.json").write_text('{"format": "sgatlin-circuits"}')
+    before = {d: snapshot(tmp_path / d) for d in ("empty", "db")}
     for cmd in ("eval", "sample", "usage", "patch", "record"):
         _fails(run_sgatlin([cmd, "--run", str(tmp_path / "none")], data_dir), "does not exist")
     _fails(run_in_process(["eval", "--run", str(tmp_path / "empty")], data_dir), "holds no sgatlin run")
     _fails(run_in_process(["sample", "--run", str(tmp_path / "db")], data_dir), "is a circuit database, not a training run")
-    assert snapshot(tmp_path / "db") == {"manifest.json": snapshot(tmp_path / "db")["manifest.json"]}
+    assert {d: snapshot(tmp_path / d) for d in ("empty", "db")} == before  # the folders refused are left as they were
     # the spellings of earlier versions say what to type now, and do not run
     _fails(run_in_process(["eval", "--out", str(run20)], data_dir), "--out is now --run")
     _fails(run_in_process(["patch", "--results", str(tmp_path / "x")], data_dir), "--results is now --out")
