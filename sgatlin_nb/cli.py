@@ -203,8 +203,17 @@ def sample(run: str = 'runs/tinystories-cpu',  # training run to sample from
 def export(run: str = 'runs/tinystories-cpu',  # training run to export
            out: str = None,   # new or empty folder for model.safetensors, config.json and tokenizer.json (default: RUN/export)
            step: int = None,  # checkpoint step (default: latest)
-           dtype: str = None): # store the weights as this floating type, e.g. bfloat16 (half the size); default: as trained
-    "Write a run's model as model.safetensors, config.json and tokenizer.json, the folder other tools load (and --run reads)."
+           dtype: str = None, # store the weights as this floating type, e.g. bfloat16 (half the size); default: as trained
+           hf: str = None,    # instead, write a Hugging Face folder here: transformers loads it with trust_remote_code (the hf extra)
+           overwrite: bool = False): # with --hf: replace the folder if an earlier `export --hf` wrote it
+    "Write a run's model as model.safetensors, config.json and tokenizer.json, the folder other tools load (and --run reads); --hf: a transformers folder."
+    if hf is not None:
+        if out is not None: raise RunError("--out and --hf name two different exports: give one (--hf FOLDER writes the Hugging Face folder)")
+        from sgatlin_nb.hf import export_hf
+        dest = export_hf(run, hf, step, dtype=dtype, overwrite=overwrite)
+        print(f"exported step {json.loads((dest / 'config.json').read_text())['sgatlin']['step']} of {run} to {dest} (transformers: AutoModelForCausalLM.from_pretrained(FOLDER, trust_remote_code=True))")
+        return dest
+    if overwrite: raise RunError("--overwrite replaces an earlier --hf folder; --out is written only when new or empty")
     dest = export_run(run, out or Path(run) / 'export', step, dtype=dtype)
     print(f"exported step {exported(dest)['step']} of {run} to {dest}")
     return dest
