@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['TRANSFORMERS_RANGE', 'HF_FORMAT', 'HF_VERSION', 'HF_KINDS', 'GATE_PARAMS', 'transformers_problem', 'torch_name',
-           'modeling_sources', 'hf_config', 'is_hf_export', 'export_hf']
+           'modeling_sources', 'hf_config', 'is_hf_export', 'check_hf_out', 'write_hf', 'export_hf']
 
 # %% ../nbs/08b_hf.ipynb #08bhf009
 import dataclasses
@@ -22,7 +22,7 @@ from packaging.version import Version
 from safetensors.flax import save
 
 import sgatlin_nb
-from .data import EOT, PAD, new_file_mode
+from .data import EOT, PAD, load_tokenizer, new_file_mode
 from .runs import EXPORT_DTYPES, RunError, exported, load_run, refuse_current_folder, writing_lock
 
 # %% ../nbs/08b_hf.ipynb #08bhf011
@@ -63,9 +63,9 @@ def modeling_sources(text: str | None = None) -> dict[str, str]:
     return {'configuration_sgatlin.py': head + config[0], 'modeling_sgatlin.py': head + modeling}
 
 # %% ../nbs/08b_hf.ipynb #08bhf020
-def hf_config(cfg, tokenizer, step: int, source: str, dtype: str = 'float32') -> tuple[dict, dict]:
-    "`config.json` and `tokenizer_config.json` of the export of a model with `TrainConfig` `cfg` and `tokenizer`."
-    m, eos, pad = cfg.model, tokenizer.token_to_id(EOT), tokenizer.token_to_id(PAD)
+def hf_config(m, tokenizer, step: int, source: str, dtype: str = 'float32') -> tuple[dict, dict]:
+    "`config.json` and `tokenizer_config.json` of the export of a model with `ModelConfig` `m` and `tokenizer`."
+    eos, pad = tokenizer.token_to_id(EOT), tokenizer.token_to_id(PAD)
     config = {'architectures': ['SgatlinForCausalLM'], 'model_type': 'sgatlin',
               'auto_map': {'AutoConfig': 'configuration_sgatlin.SgatlinConfig', 'AutoModel': 'modeling_sgatlin.SgatlinModel',
                            'AutoModelForCausalLM': 'modeling_sgatlin.SgatlinForCausalLM'},
@@ -85,12 +85,8 @@ def is_hf_export(folder: str | Path) -> bool:
     except (OSError, ValueError, KeyError, TypeError): return False
 
 # %% ../nbs/08b_hf.ipynb #08bhf022
-def export_hf(run: str | Path, out: str | Path, step: int | None = None,
-              dtype: str | None = None,   # store the weights as 'bfloat16' or 'float16' (default: float32, as trained)
-              overwrite: bool = False,    # replace `out` if an earlier `export --hf` wrote it
-             ) -> Path:
-    "Write a run (or export) as a Hugging Face folder in `out`: safetensors weights, tokenizer, config and torch model code."
-    run, out = Path(run), Path(out)
+def check_hf_out(out: Path, overwrite: bool = False, dtype: str | None = None):
+    "`RunError` in one line if an export cannot go to folder `out` (or round to `dtype`), or transformers is missing or out of range."
     if '://' in str(out): raise RunError(f"--hf {out} is a URL; the export is written to a local folder")
     refuse_current_folder(out, 'sgatlin export --hf', 'runs/model-hf')
     if (why := transformers_problem()): raise RunError(f"--hf: {why}")
@@ -101,25 +97,30 @@ def export_hf(run: str | Path, out: str | Path, step: int | None = None,
         if not overwrite: raise RunError(f"{out} already exists: pass --overwrite to replace it, or choose another --hf folder")
         if not is_hf_export(out):
             raise RunError(f"{out} is not a folder `sgatlin export --hf` wrote, so --overwrite leaves it alone: choose another --hf folder")
-    cfg, tokenizer, _, params, at = load_run(run, step)
-    if cfg.model.ffw.kind not in HF_KINDS:
-        raise RunError(f"{run} has feedforward kind {cfg.model.ffw.kind!r}, which the export's torch code does not have "
+
+def write_hf(out: str | Path, model_cfg, params, tokenizer_file: str | Path, step: int, source: str,
+             dtype: str | None = None, overwrite: bool = False) -> Path:
+    "Write a model (its `ModelConfig`, `nnx.Param` state and `tokenizer.json`) as a Hugging Face folder in `out`."
+    out = Path(out)
+    check_hf_out(out, overwrite, dtype)
+    if model_cfg.ffw.kind not in HF_KINDS:
+        raise RunError(f"the model has feedforward kind {model_cfg.ffw.kind!r}, which the export's torch code does not have "
                        f"(it has {', '.join(HF_KINDS)})")
     tensors = {torch_name('.'.join(map(str, path))): v[...] if dtype is None else jnp.asarray(v[...]).astype(dtype)
                for path, v in nnx.to_flat_state(params)}
-    info = exported(run) or json.loads((run / 'run.json').read_text())
-    config, tokens = hf_config(cfg, tokenizer, at, info.get('source', str(run)), dtype or 'float32')
+    config, tokens = hf_config(model_cfg, load_tokenizer(tokenizer_file), step, source, dtype or 'float32')
     out.parent.mkdir(parents=True, exist_ok=True)
     with writing_lock(out, 'sgatlin export --hf'):
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.partial'))
         try:
             (tmp / 'model.safetensors').write_bytes(save(tensors, metadata={'format': 'pt'}))
-            shutil.copy(run / 'tokenizer.json', tmp / 'tokenizer.json')
+            shutil.copy(tokenizer_file, tmp / 'tokenizer.json')
             (tmp / 'tokenizer_config.json').write_text(json.dumps(tokens, indent=1) + '\n')
             for name, text in modeling_sources().items(): (tmp / name).write_text(text)
             (tmp / 'config.json').write_text(json.dumps(config, indent=1) + '\n')
             os.chmod(tmp, new_file_mode(directory=True))
-            if out.is_dir() and any(out.iterdir()):  # replaced only once the new folder is whole
+            check_hf_out(out, overwrite)  # again: a folder filled meanwhile is not replaced either
+            if out.is_dir() and any(out.iterdir()):  # an earlier export, replaced only now that the new one is whole
                 old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f'.{out.name}.', suffix='.old'))
                 os.replace(out, old / 'export')
                 shutil.rmtree(old)
@@ -127,3 +128,14 @@ def export_hf(run: str | Path, out: str | Path, step: int | None = None,
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+def export_hf(run: str | Path, out: str | Path, step: int | None = None,
+              dtype: str | None = None,   # store the weights as 'bfloat16' or 'float16' (default: float32, as trained)
+              overwrite: bool = False,    # replace `out` if an earlier `export --hf` wrote it
+             ) -> Path:
+    "Write a run (or export) as a Hugging Face folder in `out`: safetensors weights, tokenizer, config and torch model code."
+    run, out = Path(run), Path(out)
+    check_hf_out(out, overwrite, dtype)
+    cfg, _, _, params, at = load_run(run, step)
+    info = exported(run) or json.loads((run / 'run.json').read_text())
+    return write_hf(out, cfg.model, params, run / 'tokenizer.json', at, info.get('source', str(run)), dtype, overwrite)
