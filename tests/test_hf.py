@@ -60,8 +60,8 @@ def torch_run(model, tokens_BxT):
     return logits, gates
 
 
-def check_model(folder, jax_model, tokens_BxT, prompt_len=5, n_new=None):
-    "The export in `folder` against `jax_model`: logits, gates, greedy tokens; returns the largest logit difference."
+def check_model(folder, jax_model, tokens_BxT, prompt_len=5, n_new=None, greedy=True):
+    "The export in `folder` against `jax_model`: logits, gates and (with `greedy`) greedy tokens; the model and the largest logit difference."
     model = load(folder)
     logits, gates = torch_run(model, tokens_BxT)
     tokens = jnp.asarray(tokens_BxT, jnp.int32)
@@ -76,6 +76,12 @@ def check_model(folder, jax_model, tokens_BxT, prompt_len=5, n_new=None):
         assert gates == []
     largest = float(np.abs(logits - np.asarray(jax_logits)).max())
     assert largest < 1e-4, largest
+    if not greedy: return model, largest
+    with torch.no_grad():  # the cache by hand, without the positions `generate` passes: the prefix, then one token
+        full = torch.as_tensor(np.asarray(tokens_BxT), dtype=torch.long)
+        first = model(full[:, :-1], use_cache=True)
+        last = model(full[:, -1:], cache=getattr(first, 'cache', None) or first.past_key_values).logits[:, -1].numpy()
+    np.testing.assert_allclose(last, logits[:, -1], atol=1e-4, rtol=0)
     n_new = n_new or tokens.shape[1] - prompt_len
     want = np.asarray(generate(jax_model, tokens[:, :prompt_len], n_new))
     with torch.no_grad():
@@ -98,7 +104,7 @@ def test_every_kind_matches_jax(name, tokenizer_file, tmp_path):
     params = nnx.state(jax_model, nnx.Param)
     folder = hf.write_hf(tmp_path / 'hf', cfg, params, tokenizer_file, step=0, source='test')
     tokens = np.asarray(jax.random.randint(jax.random.key(2), (2, T), 0, V))
-    model, LARGEST[name] = check_model(folder, jax_model, tokens)
+    model, LARGEST[name] = check_model(folder, jax_model, tokens, greedy=name in FFW_KINDS)  # each kind decodes once
     # reloaded and saved again, the weights are bit-identical to the export's
     model.save_pretrained(tmp_path / 'again')
     first, again = load_file(folder / 'model.safetensors'), load_file(tmp_path / 'again' / 'model.safetensors')
@@ -119,7 +125,7 @@ def test_the_reference_model_through_the_command(tmp_path, data_dir):
     ids = np.asarray([tok.encode(text).ids])
     tokenizer = transformers.AutoTokenizer.from_pretrained(out, trust_remote_code=True)
     assert isinstance(tokenizer, transformers.PreTrainedTokenizerFast) and tokenizer(text).input_ids == ids[0].tolist()
-    model, LARGEST['reference'] = check_model(out, jax_model, ids, prompt_len=4, n_new=40)
+    model, LARGEST['reference'] = check_model(out, jax_model, ids, greedy=False)  # greedy: against `sgatlin sample` below
     sampled = run_in_process(['sample', '--run', str(REFERENCE_DIR), '--prompt', 'Once upon a time', '--n-tokens', '40',
                               '--temperature', '0'], data_dir)
     with torch.no_grad():
