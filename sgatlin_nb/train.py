@@ -5,10 +5,10 @@
 # %% auto #0
 __all__ = ['wsd_sqrt_schedule', 'decay_mask', 'make_optimizer', 'token_losses', 'masked_token_losses', 'lm_loss',
            'data_parallel_grads', 'init_state', 'state_shardings', 'make_train_step', 'routed_choices', 'usage_counts',
-           'sequence_usage', 'usage_stats', 'make_eval_step', 'evaluate', 'abstract_state', 'state_bytes',
-           'remat_saved_bytes', 'activation_bytes', 'gathered_bytes', 'memory_estimate', 'device_memory', 'DoesNotFit',
-           'memory_preflight', 'xla_memory', 'xla_preflight', 'sample_text', 'train', 'DiskFull', 'held_stderr',
-           'disk_full', 'cached_run']
+           'sequence_usage', 'usage_stats', 'make_eval_step', 'evaluate', 'routed_units', 'load_counts', 'load_stats',
+           'load_record', 'abstract_state', 'state_bytes', 'remat_saved_bytes', 'activation_bytes', 'gathered_bytes',
+           'memory_estimate', 'device_memory', 'DoesNotFit', 'memory_preflight', 'xla_memory', 'xla_preflight',
+           'sample_text', 'train', 'DiskFull', 'held_stderr', 'disk_full', 'cached_run']
 
 # %% ../nbs/06_train.ipynb #8510e369
 import contextlib
@@ -123,22 +123,35 @@ def lm_loss(params, graphdef, tokens_BxT1):
     return losses_BxT.sum() / jnp.maximum(real_BxT.sum(), 1)
 
 # %% ../nbs/06_train.ipynb #dp000002
-def data_parallel_grads(graphdef, mesh: Mesh, specs, grad_accum: int = 1, dtype='float32') -> Callable:
-    "`(params, batch [B, T+1]) -> (loss, grads)`, both sharded as the inputs: each device runs the model on its own rows only."
+def data_parallel_grads(graphdef, mesh: Mesh, specs, grad_accum: int = 1, dtype='float32',
+                        load: bool = False,  # also the batch's routing load (`load_stats`, below)
+                        ) -> Callable:
+    """`(params, batch [B, T+1]) -> (loss, grads)`, both sharded as the inputs: each device runs the model on its own rows
+    only. With `load`, also `load_stats` of the whole batch's choices, `[L, 3]` (`[0, 3]` for a dense feedforward
+    layer): the gates of the same forward pass, counted on each device, summed over micro-batches and devices."""
     def local(params, batch):
         # micro-batch i: rows i, i + grad_accum, ...; the same rows whatever the number of devices
         micro = batch.reshape(batch.shape[0] // grad_accum, grad_accum, batch.shape[1]).swapaxes(0, 1)
+        cfg = nnx.merge(graphdef, params).cfg  # static: read while tracing
+        routed = load and routed_units(cfg.ffw) > 0
         def one(acc, mb):
             count = jax.lax.psum((mb[:, 1:] != PAD_TARGET).sum(), 'data')  # real targets of the global micro-batch
             def loss(p):
-                losses, _ = masked_token_losses(nnx.merge(graphdef, gather_params(p, specs, dtype)), mb)
-                return losses.sum() / jnp.maximum(count, 1)
-            l, grads = jax.value_and_grad(loss)(params)
-            return jax.tree.map(jnp.add, acc, (jax.lax.psum(l, 'data'), grads)), None
-        zero = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
-        return jax.tree.map(lambda a: a / grad_accum, jax.lax.scan(one, zero, micro)[0])
+                model = nnx.merge(graphdef, gather_params(p, specs, dtype))
+                if not routed: return masked_token_losses(model, mb)[0].sum() / jnp.maximum(count, 1), ()
+                losses, real, gates = masked_token_losses(model, mb, gates=True)  # the same forward pass, its gates kept
+                return losses.sum() / jnp.maximum(count, 1), load_counts(cfg.ffw, gates.indices, real)
+            (l, used), grads = jax.value_and_grad(loss, has_aux=True)(params)
+            return jax.tree.map(jnp.add, acc, (jax.lax.psum(l, 'data'), grads, used)), None
+        used = jnp.zeros((cfg.n_layers, routed_units(cfg.ffw)), jnp.int32) if routed else ()
+        zero = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params), used)
+        loss, grads, used = jax.lax.scan(one, zero, micro)[0]
+        loss, grads = jax.tree.map(lambda a: a / grad_accum, (loss, grads))
+        if not load: return loss, grads
+        return loss, grads, load_stats(jax.lax.psum(used, 'data')) if routed else jnp.zeros((0, 3), jnp.float32)
     # the collectives are gather_param's (check_vma=False: gather_param's backward does the reductions itself)
-    return jax.shard_map(local, mesh=mesh, in_specs=(specs, P('data')), out_specs=(P(), specs), check_vma=False)
+    return jax.shard_map(local, mesh=mesh, in_specs=(specs, P('data')),
+                         out_specs=(P(), specs, P()) if load else (P(), specs), check_vma=False)
 
 
 # %% ../nbs/06_train.ipynb #849a7094
@@ -156,14 +169,16 @@ def state_shardings(state, mesh: Mesh, fsdp: bool):
     return jax.tree.map(lambda x: param_sharding(x, mesh, fsdp), state)
 
 def make_train_step(graphdef, tx, grad_accum: int, shardings, mesh: Mesh,
-                    dtype='float32'):  # the model's compute dtype: FSDP gathers its weights in it
+                    dtype='float32',    # the model's compute dtype: FSDP gathers its weights in it
+                    load: bool = True): # a routed layer's metrics also hold `load`, the batch's `load_stats` [L, 3]
     "Jitted `(state, batch [B, T+1]) -> (state, metrics)`: gradients by `data_parallel_grads`, then the optimizer on the sharded state."
-    grads_of = data_parallel_grads(graphdef, mesh, param_specs(shardings['params']), grad_accum, dtype)
+    grads_of = data_parallel_grads(graphdef, mesh, param_specs(shardings['params']), grad_accum, dtype, load=load)
     def step(state, batch):
-        loss, grads = grads_of(state['params'], batch)
+        loss, grads, *stats = grads_of(state['params'], batch)
         updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
         new = {'step': state['step'] + 1, 'params': optax.apply_updates(state['params'], updates), 'opt_state': opt_state}
-        return new, {'loss': loss, 'grad_norm': optax.global_norm(grads)}
+        routed = {'load': stats[0]} if stats and stats[0].shape[0] else {}
+        return new, {'loss': loss, 'grad_norm': optax.global_norm(grads)} | routed
     return jax.jit(step, in_shardings=(shardings, NamedSharding(mesh, P('data'))),
                    out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=0)
 
@@ -255,6 +270,38 @@ def evaluate(eval_step, params, token_file, batch_size: int, seq_len: int, max_t
     return {'eval_loss': loss, 'eval_ppl': math.exp(min(loss, 50.0)), 'eval_tokens': int(count),
             'eval_ppl_batches': batch_ppl / max(n_batches, 1),
             **(usage_stats(used, per_seq) if used is not None and used.shape[-1] else {})}
+
+# %% ../nbs/06_train.ipynb #rl000002
+def routed_units(ffw) -> int:
+    "The units whose load a routed layer of `ffw` (an `FFWConfig`) spreads: sgatlin's neurons per channel, PEER's shared experts, the MoE's experts; 0 for dense layers."
+    return {'sgatlin': ffw.n_channels * ffw.d_ffw, 'peer': ffw.d_ffw, 'moe': ffw.n_experts}.get(ffw.kind, 0)
+
+def load_counts(ffw, indices, real_BxT):
+    """How many choices of real targets' tokens each unit (`routed_units`) got in each layer: `[L, units]` int32 from
+    gate indices `[L, B, T, C, k]`; sgatlin's channel `c` owns units `c · d_ffw ...`."""
+    L, C, S = indices.shape[0], indices.shape[-2], indices.shape[-1]
+    U = routed_units(ffw)
+    idx_LxNxCxS = indices.reshape(L, -1, C, S)
+    if ffw.kind == 'sgatlin': idx_LxNxCxS = idx_LxNxCxS + ffw.d_ffw * jnp.arange(C, dtype=indices.dtype)[:, None]
+    rows = idx_LxNxCxS + U * jnp.arange(L, dtype=indices.dtype)[:, None, None, None]  # one table for all layers
+    w = jnp.broadcast_to(real_BxT.reshape(1, -1, 1, 1), rows.shape).astype(jnp.int32)  # integer adds: exact, no float atomics
+    return jnp.zeros(L * U, jnp.int32).at[rows.reshape(-1)].add(w.reshape(-1)).reshape(L, U)
+
+def load_stats(counts_LxU):
+    """Per layer, from load counts `[L, units]`: the largest load over the mean (ideal) load, the units never chosen,
+    and the coefficient of variation (standard deviation over mean), `[L, 3]` float32; zeros for a layer with no choice."""
+    c = counts_LxU.astype(jnp.float32)
+    mean = c.mean(-1)
+    safe = jnp.where(mean > 0, mean, 1.0)
+    cv = jnp.sqrt(jnp.square(c - mean[:, None]).mean(-1)) / safe
+    return jnp.stack([c.max(-1) / safe, (counts_LxU == 0).sum(-1).astype(jnp.float32), cv], -1)
+
+def load_record(stats_Lx3) -> dict:
+    "`load_stats` as the lists `metrics.jsonl` holds, one entry per layer: `load_max`, `load_unused`, `load_cv`."
+    s = np.asarray(stats_Lx3, np.float64)
+    return {'load_max': s[:, 0].round(6).tolist(), 'load_unused': s[:, 1].astype(int).tolist(),
+            'load_cv': s[:, 2].round(6).tolist()}
+
 
 # %% ../nbs/06_train.ipynb #e23a0002
 def abstract_state(cfg: TrainConfig):
@@ -567,6 +614,7 @@ def _train(cfg, data, out, resume, progress, mesh, wandb_project, stop_at=None, 
         last = {'step': done_p, 'loss': loss, 'grad_norm': float(m['grad_norm']), 'lr': float(lr_at(done_p - 1)),
                 'tokens': done_p * tokens_per_step, 'tokens_per_s': rate, 'flops_per_s': rate * flops_per_token}
         if peak: last['mfu'] = last['flops_per_s'] / (peak * mesh.size)
+        if 'load' in m: last |= load_record(m['load'])
         if first: log.write(said | last)
         said = {}
         dog.beat(done_p, 'training')  # a step finished: progress
