@@ -6,8 +6,20 @@
 # missing (apt-get, through sudo unless run as root); SGATLIN_CHROMIUM / SGATLIN_CHROMEDRIVER point
 # elsewhere. This is the whole test command: CI (.ci/run) runs exactly this.
 # Usage (from the repository root): bash scripts/test.sh
+#
+# The fast tier, for developers while they work: `bash scripts/test.sh --fast` reuses an installed .venv, runs the
+# README and hygiene checks, the quick pages (FAST_PAGES below) and `pytest -m "not slow"` (the tests that
+# tests/conftest.py's SLOW does not name), in about 8 minutes on 2 cores. CI runs the full tier, without --fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FAST=0
+case "${1:-}" in
+  --fast) FAST=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [--fast]   (got: $*)"; exit 2 ;;
+esac
+# the pages the fast tier runs: each takes under about 30 s alone; the full tier runs every page
+FAST_PAGES='^(index|tour|results|03_complexity|06a_runs|06b_configs|06c_distributed|09_reference|10_record|90_cli|91_slurm|93_docs)\.ipynb$'
 
 export SGATLIN_CHROMIUM=${SGATLIN_CHROMIUM:-/usr/bin/chromium}
 export SGATLIN_CHROMEDRIVER=${SGATLIN_CHROMEDRIVER:-/usr/bin/chromedriver}
@@ -32,10 +44,14 @@ fi
 VENV=${SGATLIN_VENV:-.venv}
 PY=${PYTHON:-python3}
 
-echo "== creating $VENV and installing sgatlin_nb[dev]"
-"$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+if [ "$FAST" -eq 1 ] && "$VENV/bin/python" -c "import sgatlin_nb, nbdev, pytest" 2>/dev/null; then
+  echo "== fast tier: using $VENV as it is (the full tier reinstalls sgatlin_nb[dev])"
+else
+  echo "== creating $VENV and installing sgatlin_nb[dev]"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+fi
 # circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
 "$VENV/bin/python" -m pip download --quiet --no-deps "circuit-tracer==0.5.0" -d build/wheels
 "$VENV/bin/python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
@@ -68,6 +84,17 @@ rm -rf "$HYGIENE"
 export JAX_COMPILATION_CACHE_DIR="${SGATLIN_JAX_CACHE:-$PWD/build/jax_cache}" JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 mkdir -p "$JAX_COMPILATION_CACHE_DIR"
 echo "== JAX compilation cache: $JAX_COMPILATION_CACHE_DIR ($(du -sh "$JAX_COMPILATION_CACHE_DIR" | cut -f1) before this run)"
+
+if [ "$FAST" -eq 1 ]; then
+  echo "== fast tier: nbdev-test of the quick pages, then pytest -m 'not slow'"
+  "$VENV/bin/nbdev-test" --file-re "$FAST_PAGES" --n-workers 2 --timing
+  T_NOTEBOOKS=$SECONDS
+  status=0
+  "$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --no-loadscope-reorder -m "not slow" --durations=15 || status=$?
+  echo "== fast tier stage times (s): install $T_INSTALL, checks and pages $((T_NOTEBOOKS - T_INSTALL)), pytest $((SECONDS - T_NOTEBOOKS)), total $SECONDS"
+  [ "$status" -eq 0 ] || echo "FAIL: pytest exited with status $status"
+  exit "$status"
+fi
 
 echo "== nbdev-test (notebooks, CPU), on a copy of the repository that keeps the outputs for the docs check"
 EXECUTED=$(mktemp -d "${TMPDIR:-/tmp}/sgatlin_executed.XXXXXX")

@@ -149,7 +149,44 @@ def _unit(module: str) -> str:
     return "slurm" if module in SLURM_MODULES else module
 
 
+# Two tiers (DESIGN's "Tests and speed"). The full tier is the README's test command, `bash scripts/test.sh`, which CI
+# runs. The fast tier, `bash scripts/test.sh --fast` (or `pytest -m "not slow"` in a ready environment), leaves out
+# the tests marked `slow` here: whole modules that start clusters, browsers or many processes, and single tests that
+# train or submit for long. Each entry says why; a test is named by its module, or its module and function name.
+SLOW = {
+    "test_paper_pipeline": "every paper page's miniature submitted to the local Slurm (about 13 minutes)",
+    "test_slurm": "jobs on the local Slurm, requeues and stalls",
+    "test_multiprocess": "two Slurm tasks forming one run",
+    "test_jupyterlab": "pages run in JupyterLab in Chromium",
+    "test_docs": "every executed page rendered in Chromium (needs the executed notebooks)",
+    "test_gpu_lowering": "every paper preset lowered for CUDA on 8 forced devices",
+    "test_gpu_bench": "the GPU scripts' every path in miniature",
+    "test_multidevice": "every kind trained data parallel on forced devices",
+    "test_demo": "the README's main command, whole",
+    "test_hf": "torch exports of every kind, compared with JAX",
+    "test_train_resume::test_mirrored_run_killed_then_resumed_on_an_empty_node": "kill, mirror and resume processes",
+    "test_train_resume::test_sigterm_saves_the_step_reached_then_resume_matches": "signalled training processes",
+    "test_train_resume::test_sigkill_then_resume_matches_uninterrupted_run": "signalled training processes",
+    "test_commands::test_command_example_runs_and_writes": "each README command example as a process",
+    "test_commands::test_readme_eval_and_sample_run_as_shown": "the README's eval and sample as processes",
+    "test_commands::test_train_fsdp_batch_size_from_the_shell": "a training process on forced devices",
+    "test_tasks::test_the_harness_and_score_tasks_agree_on_every_log_likelihood": "lm-evaluation-harness over every task",
+    "test_reference::test_the_script_reproduces_the_first_logged_losses": "the reference model's training script",
+}
+
+
+def _slow(item) -> bool:
+    module = Path(str(item.fspath)).stem
+    return module in SLOW or f"{module}::{item.originalname}" in SLOW
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: left out of the fast tier (pytest -m 'not slow'); tests/conftest.py's SLOW says why")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _slow(item): item.add_marker(pytest.mark.slow)
     rank = {u: i for i, u in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(_unit(Path(str(item.fspath)).stem), len(rank)))  # stable: file order within
 

@@ -263,3 +263,29 @@ def test_every_shell_script_parses():
     for s in scripts:
         res = subprocess.run(["bash", "-n", str(s)], capture_output=True, text=True)
         assert res.returncode == 0, f"{s.relative_to(ROOT)}: {res.stderr}"
+
+
+def test_every_slow_entry_names_a_test():
+    "Each entry of conftest's SLOW names a test module, or a module and one of its test functions: a renamed test leaves none stale."
+    import ast
+    from conftest import SLOW
+    stale = []
+    for key in SLOW:
+        module, _, name = key.partition("::")
+        path = Path(__file__).parent / f"{module}.py"
+        if not path.exists(): stale.append(key); continue
+        if name and name not in {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}:
+            stale.append(key)
+    assert not stale, f"conftest.SLOW names tests that do not exist: {stale}"
+
+
+def test_the_fast_tier_leaves_out_exactly_the_slow_tests():
+    "`pytest -m 'not slow'` collects every test but those SLOW names, and those are all marked."
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "slow",
+                          str(Path(__file__).parent / "test_train_resume.py"), str(Path(__file__).parent / "test_sbatch_quoting.py")],
+                         capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent)
+    chosen = [l for l in res.stdout.splitlines() if "::" in l]
+    assert chosen and all(l.startswith("tests/test_train_resume.py::") for l in chosen), res.stdout[-2000:]
+    assert {l.split("::")[1].split("[")[0] for l in chosen} == {
+        "test_mirrored_run_killed_then_resumed_on_an_empty_node", "test_sigterm_saves_the_step_reached_then_resume_matches",
+        "test_sigkill_then_resume_matches_uninterrupted_run"}, chosen
