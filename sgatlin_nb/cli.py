@@ -415,6 +415,7 @@ def graph(prompt: str,                # the prompt (positional); the model reads
           prune: str = '0.8,0.98',    # 'NODE_SHARE,EDGE_SHARE' of the influence kept, or 'none' for every node and edge
           pages: str = None,          # a site written by `sgatlin pages`: the view links each neuron to its page there
           out: str = 'graph',         # folder for graph.json (circuit-tracer's format) and graph.html (the view)
+          heads: bool = False,        # split each edge across the attention heads it crosses (plus a bypass): in graph.json and on hover
           overwrite: bool = False):   # replace graph.json and graph.html in --out
     "Write PROMPT's exact attribution graph (no replacement model, no error nodes): graph.json in circuit-tracer's format and graph.html."
     from flax import nnx
@@ -434,9 +435,11 @@ def graph(prompt: str,                # the prompt (positional); the model reads
         link = urllib.parse.quote(Path(os.path.relpath(page, out_dir)).as_posix())  # ':' escaped, and ./ first: never a scheme
         return link if link.startswith('../') else f'./{link}'
     s = write_graph(nnx.merge(graphdef, params), tokenizer, prompt, out_dir, target=target, prune=shares,
-                    neuron_href=href if site is not None else None, bos=bos_id(tokenizer), overwrite=overwrite)
+                    neuron_href=href if site is not None else None, bos=bos_id(tokenizer), overwrite=overwrite,
+                    heads=heads)
     print(f"{out_dir / 'graph.html'}: {s['kept_nodes']} of {s['nodes']} nodes, {s['kept_edges']:,} of {s['edges']:,} edges; "
-          f"target {s['target']!r} (p = {s['probability']:.3f}); completeness gap {s['completeness_error']:.0e}")
+          f"target {s['target']!r} (p = {s['probability']:.3f}); completeness gap {s['completeness_error']:.0e}"
+          + (f"; head loadings of every kept edge in {s['heads_seconds']:.1f} s (the graph: {s['seconds']:.1f} s)" if heads else ''))
     return s
 
 

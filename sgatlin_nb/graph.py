@@ -6,7 +6,9 @@
 __all__ = ['GRAPH_COPIES', 'AttributionGraph', 'transport', 'selected_neurons', 'Linear', 'attribution_graph',
            'completeness_error', 'total_effects', 'node_influence', 'prune_graph', 'to_circuit_tracer', 'graph_svg',
            'graph_html', 'edge_loadings', 'masked_edges', 'HeadLoadings', 'head_loadings', 'path_layers',
-           'path_loadings', 'parse_prune', 'graph_nodes', 'graph_memory', 'available_memory', 'write_graph']
+           'path_loadings', 'link_loadings', 'loadings_text', 'StreamParts', 'stream_parts', 'attention_scores',
+           'QKAttribution', 'qk_attribution', 'parse_prune', 'graph_nodes', 'graph_memory', 'available_memory',
+           'write_graph']
 
 # %% ../nbs/15a_graph.ipynb #e5c243fd
 import dataclasses
@@ -220,7 +222,9 @@ def _node_id(r, n_layers: int, d_ffw: int) -> str:
     return f"{r.layer}_{r.channel * d_ffw + r.neuron}_{r.pos}"
 
 def to_circuit_tracer(graph: AttributionGraph, d_ffw: int, slug: str = 'sgatlin-graph', scan: str = 'sgatlin',
-                      node_share: float | None = None) -> dict:
+                      node_share: float | None = None,
+                      loadings: dict | None = None,  # (target, source) -> head loadings (`link_loadings`), written into each link as `head_loadings`
+                      ) -> dict:
     "The graph as a circuit-tracer graph file (`metadata`, `qParams`, `nodes`, `links`); `d_ffw` numbers the neurons across channels."
     n_layers = int(graph.nodes.layer.max())
     nodes = graph.nodes.assign(token=[graph.tokens[p] for p in graph.nodes.pos])
@@ -245,6 +249,8 @@ def to_circuit_tracer(graph: AttributionGraph, d_ffw: int, slug: str = 'sgatlin-
         out.append(node)
     t_i, s_i = np.nonzero(graph.adjacency)
     links = [{'source': ids[s], 'target': ids[t], 'weight': float(graph.adjacency[t, s])} for t, s in zip(t_i, s_i)]
+    if loadings is not None:  # an extra field: circuit-tracer's models ignore fields they do not name
+        for link, t, s in zip(links, t_i, s_i): link['head_loadings'] = loadings[int(t), int(s)]
     meta = {'slug': slug, 'scan': scan, 'transcoder_list': [], 'prompt_tokens': list(graph.strings),
             'prompt': ''.join(graph.strings), 'node_threshold': node_share, 'schema_version': 1}
     q = {'pinnedIds': [], 'supernodes': [], 'linkType': 'both', 'clickedId': '', 'sg_pos': ''}
@@ -256,6 +262,7 @@ _BLUE, _RED = '#2166ac', '#b2182b'
 def graph_svg(graph: AttributionGraph,
               neuron_href=None,      # (layer, channel, neuron) -> link of the neuron's page, or None
               max_per_cell: int = 12,  # neurons drawn per layer and position (the most influential)
+              loadings: dict | None = None,  # (target, source) -> head loadings (`link_loadings`), shown on the edge's hover
               ) -> str:
     "An SVG drawing of a pruned graph (one with an `influence` column): tokens along the bottom, layers upward."
     if 'influence' not in graph.nodes: raise ValueError("draw a pruned graph (prune_graph adds each node's influence)")
@@ -290,7 +297,8 @@ def graph_svg(graph: AttributionGraph,
         (x1, y1), (x2, y2) = xy[s], xy[t]
         parts.append(f'<line class="edge" x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{_BLUE if w > 0 else _RED}" '
                      f'stroke-opacity="0.55" stroke-width="{0.4 + 3.6 * abs(w) / wmax:.2f}">'
-                     f'<title>{esc(name(nodes.iloc[s]))} → {esc(name(nodes.iloc[t]))}: {w:+.4f}</title></line>')
+                     f'<title>{esc(name(nodes.iloc[s]))} → {esc(name(nodes.iloc[t]))}: {w:+.4f}'
+                     f'{esc(loadings_text(loadings[t, s])) if loadings is not None else ""}</title></line>')
     for i, (x, y) in xy.items():
         r = nodes.iloc[i]
         tip = f'<title>{esc(name(r))}' + ('' if r.kind == 'embedding' else f': value {r.value:+.3f}') + \
@@ -309,12 +317,12 @@ def graph_svg(graph: AttributionGraph,
     parts.append('</svg>')
     return '\n'.join(parts)
 
-def graph_html(graph: AttributionGraph, title: str, neuron_href=None, note: str = '') -> str:
-    "A self-contained page (no script, no remote file) showing `graph_svg` with a title and a note."
+def graph_html(graph: AttributionGraph, title: str, neuron_href=None, note: str = '', loadings: dict | None = None) -> str:
+    "A self-contained page (no script, no remote file) showing `graph_svg` (with head loadings on hover, given `loadings`) with a title and a note."
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             '<style>body{font-family:sans-serif;margin:1.5em}svg{max-width:100%;height:auto}'
             'line.edge:hover{stroke-opacity:1}</style></head>'
-            f'<body><h1>{html.escape(title)}</h1><p>{html.escape(note)}</p>{graph_svg(graph, neuron_href)}</body></html>')
+            f'<body><h1>{html.escape(title)}</h1><p>{html.escape(note)}</p>{graph_svg(graph, neuron_href, loadings=loadings)}</body></html>')
 
 # %% ../nbs/15a_graph.ipynb #a69e0002
 def _slots(graph: AttributionGraph) -> pd.DataFrame:
@@ -441,6 +449,154 @@ def path_loadings(graph: AttributionGraph, edge) -> pd.DataFrame:
     df['edge'] = float(graph.adjacency[e[0, 0], e[0, 1]])
     return df
 
+def link_loadings(graph: AttributionGraph, edges, chunk: int = 32) -> dict:
+    "Head loadings of many edges, as plain data: `(target, source) -> {layer: {'heads': [...], 'bypass': b}}` for each attention layer on the edge's path (layers from 0, as node ids count them)."
+    e = _check_edges(graph, edges)
+    heads, bypass = edge_loadings(graph, e, chunk)
+    L = heads.shape[1]
+    layer = graph.nodes.layer.to_numpy()
+    out = {}
+    for (t, s), h, b in zip(e, heads, bypass):
+        on = range(int(layer[s]) + 1, min(int(layer[t]), L - 1) + 1)
+        out[int(t), int(s)] = {str(l): {'heads': [float(v) for v in h[l]], 'bypass': float(b[l])} for l in on}
+    return out
+
+def loadings_text(split: dict) -> str:
+    "One edge's head loadings in words, for a hover: each layer on its path with its heads, bypass and their sum."
+    return ''.join(f"; layer {int(l) + 1}: " + ', '.join(f"head {h} {v:+.4f}" for h, v in enumerate(p['heads'])) +
+                   f", bypass {p['bypass']:+.4f} (sum {sum(p['heads']) + p['bypass']:+.4f})" for l, p in split.items())
+
+# %% ../nbs/15a_graph.ipynb #a69e0005
+class StreamParts(NamedTuple):
+    "The residual stream entering one layer's attention, split into its parts: `vectors [N, S, D]` sum over `N` to the stream."
+    parts: pd.DataFrame   # one row per part: kind ('embedding', 'head' or 'neuron'), layer, head, channel, slot
+    vectors: jax.Array    # [N, S, D] each part's vector at every position
+    neurons: np.ndarray   # [N, S] a neuron part's index among its channel's d_ffw at each position (-1 for the others)
+
+def _part_vectors(model: Transformer, frozen: Frozen, emb_SxD, layer: int):
+    "The parts' vectors `[N, S, D]` of the stream entering `layer`'s attention (see `stream_parts`)."
+    C = model.cfg.ffw.n_channels
+    c_Cx1 = jnp.arange(C)[:, None]
+    x_SxD, vecs = emb_SxD, [emb_SxD[None]]
+    for l, b in enumerate(model.blocks[:layer]):
+        z_SxD = x_SxD * frozen.attn_rms[l] * b.attn_norm.scale[...]
+        heads_HxSxD = jnp.einsum('hts,sd,dhe,heo->hto', frozen.attn_probs[l], z_SxD, b.attn.w_v[...], b.attn.w_o[...])
+        x_SxD = x_SxD + heads_HxSxD.sum(0)
+        g = frozen.gates[l]
+        r_SxCxKxD = g.scores[..., None] * b.ffw.w_in[...][c_Cx1, g.indices] * (frozen.ffw_rms[l] * b.ffw_norm.scale[...])[:, None, None]
+        a_SxCxK = jnp.einsum('sckd,sd->sck', r_SxCxKxD, x_SxD)
+        o_SxCxKxD = a_SxCxK[..., None] * b.ffw.w_out[...][c_Cx1, g.indices]
+        x_SxD = x_SxD + o_SxCxKxD.sum((1, 2))
+        vecs += [heads_HxSxD, jnp.moveaxis(o_SxCxKxD, 0, 2).reshape(-1, *x_SxD.shape)]
+    return jnp.concatenate(vecs)
+
+def _part_rows(model: Transformer, frozen: Frozen, layer: int) -> tuple[pd.DataFrame, np.ndarray]:
+    "The parts of the stream entering `layer`'s attention, described (kind, layer, head, channel, slot), and each neuron part's index at every position `[N, S]`."
+    H, C, K, S = model.cfg.n_heads, model.cfg.ffw.n_channels, model.cfg.ffw.k, frozen.final_rms.shape[0]
+    rows, neurons = [('embedding', -1, -1, -1, -1)], [np.full((1, S), -1)]
+    for l in range(layer):
+        rows += [('head', l, h, -1, -1) for h in range(H)] + [('neuron', l, -1, c, k) for c in range(C) for k in range(K)]
+        neurons += [np.full((H, S), -1), np.asarray(frozen.gates[l].indices).reshape(S, C * K).T]
+    return pd.DataFrame(rows, columns=['kind', 'layer', 'head', 'channel', 'slot']), np.concatenate(neurons)
+
+def stream_parts(model: Transformer, frozen: Frozen, emb_SxD, layer: int) -> StreamParts:
+    "The stream entering `layer`'s attention as its parts in the frozen network: the embedding, then for each earlier layer each head's output and each selected neuron's output (by channel and slot)."
+    parts, neurons = _part_rows(model, frozen, layer)
+    return StreamParts(parts, _part_vectors(model, frozen, emb_SxD, layer), neurons)
+
+@partial(jax.jit, static_argnums=(0, 4))
+def _qk_parts(graphdef, state, frozen, emb_SxD, layer: int, head):
+    "Each stream part's query and key vectors for `head` of `layer` at every position, `[N, S, E]` each, through the frozen norm (and QK-norm) and RoPE."
+    model = nnx.merge(graphdef, state)
+    attn = model.blocks[layer].attn
+    z_NxSxD = _part_vectors(model, frozen, emb_SxD, layer) * frozen.attn_rms[layer] * model.blocks[layer].attn_norm.scale[...]  # the frozen norm: linear in each part
+    q_NxSxE = jnp.einsum('nsd,de->nse', z_NxSxD, attn.w_q[...][:, head])
+    k_NxSxE = jnp.einsum('nsd,de->nse', z_NxSxD, attn.w_k[...][:, head])
+    if attn.q_norm is not None:   # QK-norm: its inverse RMS frozen at the whole query's (key's) value at each position
+        frozen_norm = lambda v_NxSxE, norm: v_NxSxE * jax.lax.rsqrt(jnp.mean(jnp.square(v_NxSxE.sum(0)), -1, keepdims=True) + norm.eps) * norm.scale[...]
+        q_NxSxE, k_NxSxE = frozen_norm(q_NxSxE, attn.q_norm), frozen_norm(k_NxSxE, attn.k_norm)
+    positions = jnp.arange(emb_SxD.shape[0])   # RoPE rotates each position's vector: linear in the parts
+    turn = lambda v_NxSxE: rope(v_NxSxE[:, :, None, :], positions, attn.rope_base)[:, :, 0]
+    return turn(q_NxSxE), turn(k_NxSxE)
+
+@partial(jax.jit, static_argnums=(0, 3))
+def _scores(graphdef, state, tokens_T, layer: int):
+    model = nnx.merge(graphdef, state)
+    attn, norm = model.blocks[layer].attn, model.blocks[layer].attn_norm
+    _, sites = model(tokens_T[None], sites=('resid_pre',))
+    z_TxD = norm(sites['resid_pre'][layer, 0])
+    q_TxHxE = jnp.einsum('td,dhe->the', z_TxD, attn.w_q[...])
+    k_TxHxE = jnp.einsum('td,dhe->the', z_TxD, attn.w_k[...])
+    if attn.q_norm is not None: q_TxHxE, k_TxHxE = attn.q_norm(q_TxHxE), attn.k_norm(k_TxHxE)
+    positions = jnp.arange(z_TxD.shape[0])
+    q_TxHxE, k_TxHxE = rope(q_TxHxE[None], positions, attn.rope_base)[0], rope(k_TxHxE[None], positions, attn.rope_base)[0]
+    return jnp.einsum('the,she->hts', q_TxHxE, k_TxHxE) / math.sqrt(q_TxHxE.shape[-1])
+
+def attention_scores(model: Transformer, tokens, layer: int) -> jax.Array:
+    "The pre-softmax attention scores `[H, T, S]` of `layer` in the model's own forward pass: its residual stream there, its RMSNorm, projections and RoPE (the causal mask not applied)."
+    _check_index('layer', layer, model.cfg.n_layers, 'an attention layer')
+    graphdef, state = nnx.split(model)
+    return _scores(graphdef, state, jnp.asarray(tokens), int(layer))
+
+@dataclasses.dataclass
+class QKAttribution:
+    "One head's pre-softmax score at (query, key) split over pairs of stream parts: `terms[a, b]` is query part `a` with key part `b`."
+    layer: int; head: int; query: int; key: int
+    score: float              # the score in the model's own forward pass
+    terms: np.ndarray         # [N, N] float32
+    query_parts: list[str]    # the N parts at the query position, named
+    key_parts: list[str]      # the N parts at the key position, named
+    top: pd.DataFrame         # the largest pairs by size, with their share of the score
+
+    @property
+    def total(self) -> float:
+        "The sum of every pair's term (equal to `score` to round-off)."
+        return float(self.terms.sum(dtype=np.float64))
+
+def _part_names(parts: pd.DataFrame, neurons: np.ndarray, pos: int, strings: list[str]) -> list[str]:
+    name = lambda r, n: (f"embedding of {strings[pos]!r}" if r.kind == 'embedding' else
+                         f"L{r.layer + 1} head {r.head}" if r.kind == 'head' else f"L{r.layer + 1} C{r.channel} N{n}")
+    return [name(r, n) for r, n in zip(parts.itertuples(), neurons[:, pos])]
+
+def _check_index(name: str, v, n: int, what: str):
+    if not (isinstance(v, (int, np.integer)) and 0 <= v < n):
+        raise ValueError(f"{name} must be {what} in [0, {n}), got {v!r}")
+
+def qk_attribution(model: Transformer,
+                   prompt,              # token ids (one sequence), or text with `tokenizer`
+                   layer: int,          # attention layer, from 0
+                   head: int,           # head of that layer, from 0
+                   query: int,          # query position
+                   key: int,            # key position (at or before the query)
+                   top: int = 10,       # pairs listed in `.top`
+                   tokenizer=None,      # to name the tokens (default: their ids)
+                   ) -> QKAttribution:
+    "Exact split of `head`'s pre-softmax score at (query, key) over pairs of residual stream parts at the two positions, through the frozen norm scale (and QK-norm) and RoPE."
+    if isinstance(prompt, str):
+        if tokenizer is None: raise ValueError("a prompt given as text needs its tokenizer (or give token ids)")
+        prompt = tokenizer.encode(prompt).ids
+    _, frozen = linearized_forward(model, prompt)   # checks the model and the tokens
+    ids = [int(t) for t in prompt]
+    S, L, H = len(ids), model.cfg.n_layers, model.cfg.n_heads
+    _check_index('layer', layer, L, 'an attention layer')
+    _check_index('head', head, H, 'a head of the layer')
+    _check_index('query', query, S, f'a position of the {S}-token prompt')
+    _check_index('key', key, S, f'a position of the {S}-token prompt')
+    if key > query: raise ValueError(f"key must be at or before the query (attention is causal), got query={query}, key={key}")
+    emb_SxD = jnp.take(model.embed[...], jnp.asarray(ids), axis=0)
+    graphdef, state = nnx.split(model)
+    q_NxSxE, k_NxSxE = _qk_parts(graphdef, state, frozen, emb_SxD, int(layer), int(head))
+    terms = np.asarray(jnp.einsum('ae,be->ab', q_NxSxE[:, query], k_NxSxE[:, key]) / math.sqrt(q_NxSxE.shape[-1]))
+    parts, neurons = _part_rows(model, frozen, int(layer))
+    score = float(attention_scores(model, ids, layer)[head, query, key])
+    strings = [tokenizer.decode([t]) or tokenizer.id_to_token(t) for t in ids] if tokenizer is not None else [str(t) for t in ids]
+    qn, kn = _part_names(parts, neurons, query, strings), _part_names(parts, neurons, key, strings)
+    order = np.argsort(-np.abs(terms), axis=None, kind='stable')[:top]
+    a, b = np.unravel_index(order, terms.shape)
+    table = pd.DataFrame({'query part': [qn[i] for i in a], 'key part': [kn[j] for j in b],
+                          'term': terms[a, b].astype(np.float64), 'share of score': terms[a, b] / score})
+    return QKAttribution(int(layer), int(head), int(query), int(key), score, terms, qn, kn, table)
+
 # %% ../nbs/15a_graph.ipynb #c1b928bf
 def parse_prune(text: str | None) -> tuple[float, float] | None:
     "`--prune`: 'none' (keep every node and edge) or 'NODE_SHARE,EDGE_SHARE' such as '0.8,0.98'."
@@ -473,7 +629,9 @@ def write_graph(model: Transformer, tokenizer, prompt: str, out: str | Path,
                 prune: tuple[float, float] | None = (0.8, 0.98),  # (node_share, edge_share); None keeps everything
                 neuron_href=None,              # (layer, channel, neuron) -> link written into the view
                 bos: int | None = None,        # token id put before the prompt (the reference model's stories begin with one)
-                overwrite: bool = False, scan: str = 'sgatlin') -> dict:
+                overwrite: bool = False, scan: str = 'sgatlin',
+                heads: bool = False,           # split each kept edge across the heads of the layers it crosses (`link_loadings`): in the file and on hover
+                ) -> dict:
     "Make `prompt`'s attribution graph, prune it, and write `out/graph.json` (circuit-tracer's format) and `out/graph.html`; returns a summary."
     from sgatlin_nb.runs import RunError, into_place, refuse_existing, writing_lock
     out = Path(out)
@@ -498,16 +656,22 @@ def write_graph(model: Transformer, tokenizer, prompt: str, out: str | Path,
         seconds = time.perf_counter() - t0
         graph = (prune_graph(full, *prune) if prune is not None else  # None: every node and edge, with its influence
                  dataclasses.replace(full, nodes=full.nodes.assign(influence=node_influence(full).astype(np.float32))))
+        loadings, heads_seconds = None, None
+        if heads:
+            t0 = time.perf_counter()
+            loadings = link_loadings(graph, np.stack(np.nonzero(graph.adjacency), 1))
+            heads_seconds = time.perf_counter() - t0
         payload = to_circuit_tracer(graph, model.cfg.ffw.d_ffw, slug=Path(out).name, scan=scan,
-                                    node_share=None if prune is None else prune[0])
+                                    node_share=None if prune is None else prune[0], loadings=loadings)
         summary = {'prompt': prompt, 'target': full.target_text, 'probability': full.probability,
                    'completeness_error': completeness_error(full), 'nodes': len(full.nodes), 'edges': int(np.count_nonzero(full.adjacency)),
-                   'kept_nodes': len(graph.nodes), 'kept_edges': int(np.count_nonzero(graph.adjacency)), 'seconds': seconds}
+                   'kept_nodes': len(graph.nodes), 'kept_edges': int(np.count_nonzero(graph.adjacency)), 'seconds': seconds,
+                   'heads_seconds': heads_seconds}
         out.mkdir(parents=True, exist_ok=True)
         with into_place(out / 'graph.json') as tmp: tmp.write_text(json.dumps(payload))
         note = (f"{summary['kept_nodes']} of {summary['nodes']} nodes and {summary['kept_edges']:,} of {summary['edges']:,} edges "
                 f"({'all' if prune is None else f'node share {prune[0]:g}, edge share {prune[1]:g}'}); every value equals the sum of its "
                 f"incoming edges to {summary['completeness_error']:.0e} of the largest.")
         with into_place(out / 'graph.html') as tmp:
-            tmp.write_text(graph_html(graph, f"{prompt!r} → {full.target_text!r}", neuron_href, note), encoding='utf-8')
+            tmp.write_text(graph_html(graph, f"{prompt!r} → {full.target_text!r}", neuron_href, note, loadings), encoding='utf-8')
         return summary

@@ -39,8 +39,9 @@ def circuit_tracer_models():
 
 def test_graph_file_is_read_by_circuit_tracer(tmp_path):
     models = circuit_tracer_models()
-    res = run_sgatlin(["graph", "The turtle was", "--target", " slow", "--prune", "none", "--out", str(tmp_path / "g")], None)
+    res = run_sgatlin(["graph", "The turtle was", "--target", " slow", "--prune", "none", "--heads", "--out", str(tmp_path / "g")], None)
     assert res.returncode == 0, res.stderr[-2000:]
+    assert "head loadings of every kept edge in" in res.stdout, res.stdout
     payload = json.loads((tmp_path / "g" / "graph.json").read_text())
     graph = models.Model(**payload)  # raises on a missing or mistyped field
     links = [models.Link(**l) for l in graph.links]
@@ -55,6 +56,19 @@ def test_graph_file_is_read_by_circuit_tracer(tmp_path):
     values = {n.node_id: n.activation for n in graph.nodes if n.feature_type != "embedding"}
     top = max(abs(v) for v in values.values())
     assert max(abs(into.get(i, 0.0) - v) for i, v in values.items()) < 1e-5 * top
+    # --heads: every link carries its split over the heads of each layer it crosses, which sums to its weight (read from the file)
+    n_layers = max(int(n.layer) for n in graph.nodes if n.layer != "E") - 1
+    layer_of = {n.node_id: -1 if n.layer == "E" else int(n.layer) for n in graph.nodes}
+    worst, crossed = 0.0, 0
+    for l in graph.links:
+        split = l["head_loadings"]
+        assert sorted(map(int, split)) == list(range(layer_of[l["source"]] + 1, min(layer_of[l["target"]], n_layers - 1) + 1)), (l, split)
+        for part in split.values():
+            worst = max(worst, abs(sum(part["heads"]) + part["bypass"] - l["weight"]))
+            crossed += any(part["heads"])
+    assert worst < 1e-6 * max(abs(l.weight) for l in links) and crossed > len(links), (worst, crossed)
+    view = (tmp_path / "g" / "graph.html").read_text()
+    assert view.count("bypass") >= min(600, len(links)) and "layer 1: head 0 " in view  # each drawn edge's hover names them
     # the library's own helper for a feature node gives our neurons' ids and feature numbers
     neuron = next(n for n in graph.nodes if n.feature_type == "cross layer transcoder")
     layer, feat, pos = map(int, neuron.node_id.split("_"))
@@ -128,3 +142,57 @@ def test_head_loadings_refuse_bad_input_in_one_line(turtle):
         assert "\n" not in str(e.value)
     got = head_loadings(graph, tuple(edges[-1]), 0)
     assert abs(got.heads.sum() + got.bypass - got.edge) < 1e-6 * np.abs(graph.adjacency).max()
+
+
+def _check_qk_sums(model, ids, layer, head, tol):
+    "Every (query, key) of one head: the pair terms sum to the model's own pre-softmax score; those scores give the frozen probabilities."
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from sgatlin_nb.circuits import linearized_forward
+    from sgatlin_nb.graph import attention_scores, qk_attribution
+    S = len(ids)
+    scores = np.asarray(attention_scores(model, ids, layer))
+    probs = jax.nn.softmax(jnp.where(np.tril(np.ones((S, S), bool)), scores, -jnp.inf), -1)
+    assert np.abs(probs - linearized_forward(model, ids)[1].attn_probs[layer]).max() < 1e-5
+    worst = max(abs(qk_attribution(model, ids, layer, head, i, j).total - scores[head, i, j]) for i in range(S) for j in range(i + 1))
+    assert worst < tol, worst
+    return worst
+
+
+def test_qk_pair_terms_sum_to_the_score_at_every_query_and_key(turtle):
+    import numpy as np
+    from sgatlin_nb.graph import qk_attribution
+    from sgatlin_nb.intervention import bos_id
+    model, tokenizer, _, _ = turtle
+    ids = [bos_id(tokenizer), *tokenizer.encode("There was a dog named Max. Max liked to play.").ids]
+    worst = _check_qk_sums(model, ids, 2, 1, 1e-5)
+    one = qk_attribution(model, ids, 3, 2, len(ids) - 1, 3, top=5, tokenizer=tokenizer)
+    n = 1 + 3 * (model.cfg.n_heads + model.cfg.ffw.n_channels * model.cfg.ffw.k)   # embedding, 3 earlier layers' heads and neurons
+    assert one.terms.shape == (n, n) and len(one.top) == 5 and one.query_parts[0] == "embedding of '.'"
+    assert abs(one.top.term.iloc[0]) == np.abs(one.terms).max() and one.top.term.abs().is_monotonic_decreasing
+    print(f"largest QK sum error {worst:.1e} over {len(ids) * (len(ids) + 1) // 2} pairs")
+
+
+def test_qk_attribution_through_qk_norm():
+    "A model with QK-norm (random weights, two layers): the norm of queries and keys, frozen, keeps the pair terms exact."
+    from flax import nnx
+    from sgatlin_nb.baselines import FFWConfig
+    from sgatlin_nb.model import ModelConfig, Transformer
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, seq_len=16, head_dim=8, qk_norm=True,
+                      ffw=FFWConfig('sgatlin', 32, 64, n_channels=2, k=3, d_key=8))
+    model = Transformer(cfg, rngs=nnx.Rngs(3))
+    _check_qk_sums(model, [5, 9, 2, 40, 7, 11], 1, 3, 1e-5)
+
+
+def test_qk_attribution_refuses_bad_input_in_one_line(turtle):
+    from sgatlin_nb.graph import qk_attribution
+    model, tokenizer, _, _ = turtle
+    ids = tokenizer.encode("The dog ran").ids
+    for args, msg in [((4, 0, 1, 0), "layer must be an attention layer in [0, 4)"), ((0, 3, 1, 0), "head must be a head of the layer in [0, 3)"),
+                      ((0, 0, len(ids), 0), f"query must be a position of the {len(ids)}-token prompt"),
+                      ((0, 0, 0, len(ids)), f"key must be a position of the {len(ids)}-token prompt"),
+                      ((0, 0, 0, 1), "key must be at or before the query")]:
+        with pytest.raises(ValueError) as e:
+            qk_attribution(model, ids, *args)
+        assert msg in str(e.value) and "\n" not in str(e.value), str(e.value)
