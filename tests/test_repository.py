@@ -289,3 +289,36 @@ def test_the_fast_tier_leaves_out_exactly_the_slow_tests():
     assert {l.split("::")[1].split("[")[0] for l in chosen} == {
         "test_mirrored_run_killed_then_resumed_on_an_empty_node", "test_sigterm_saves_the_step_reached_then_resume_matches",
         "test_sigkill_then_resume_matches_uninterrupted_run"}, chosen
+
+
+def reading_path_breaks(pages: dict[str, str], order: list[str]) -> list[str]:
+    """Where the reading path breaks: each page but the last must close with a `Next:` link to the page after it in
+    `order` (the sidebar's), and the last must have none. `pages` maps a page to the text of its markdown cells."""
+    breaks = []
+    for i, page in enumerate(order):
+        nexts = re.findall(r"^Next:.*?\]\(([^)#]+\.ipynb)", pages[page], re.M)
+        want = order[i + 1:i + 2]
+        if nexts[-1:] != want: breaks.append(f"{page}: Next -> {nexts[-1:] or 'nothing'}, the sidebar's next page is {want or 'none'}")
+    return breaks
+
+
+def _sidebar_order() -> list[str]:
+    import yaml
+    contents = yaml.safe_load((ROOT / "_quarto.yml").read_text())["website"]["sidebar"]["contents"]
+    return contents[:3] + [nb for sec in contents[3:] for nb in sec["contents"]]
+
+
+def _markdown(path: Path) -> str:
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def test_every_page_links_next_to_the_page_after_it():
+    "The reading path is whole: each page's closing `Next:` link names the sidebar's next page, and the last page has none."
+    order = _sidebar_order()
+    pages = {p: _markdown(ROOT / "nbs" / p) for p in order}
+    assert not reading_path_breaks(pages, order), "\n".join(reading_path_breaks(pages, order))
+    # the check can fail: a skipped page, a link that points back, and a last page that points on are each found
+    skipped = dict(pages, **{order[3]: f"Next: [x]({order[5]})"})
+    assert reading_path_breaks(skipped, order) == [f"{order[3]}: Next -> ['{order[5]}'], the sidebar's next page is ['{order[4]}']"]
+    assert reading_path_breaks(dict(pages, **{order[-1]: f"Next: [x]({order[0]})"}), order)
