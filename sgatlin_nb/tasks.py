@@ -375,12 +375,20 @@ def tasks_table(results: dict):
                          for n, r in results['tasks'].items()]).set_index('task')
 
 # %% ../nbs/08a_tasks.ipynb #ta000027
+try:
+    import lm_eval.models  # the harness's own models ('hf', ...) first: it adds them only to an empty registry
+    from lm_eval.api.registry import register_model
+except ImportError: register_model = lambda *names: (lambda cls: cls)  # without the harness, SgatlinLM refuses to start
+
+@register_model('sgatlin')  # `simple_evaluate(model='sgatlin', model_args='run=...')`, once this module is imported
 class SgatlinLM(TemplateLM):
     "A run (or export) as an lm-evaluation-harness model: the harness tokenizes with the run's tokenizer, `Scorer` scores."
-    def __init__(self, run: str | Path, step: int | None = None, batch_size: int = 32, progress: bool = False):
+    def __init__(self, run: str | Path, step: int | None = None, batch_size: int | str = 32, progress: bool = False,
+                 device: str | None = None, max_batch_size: int | None = None):  # the harness passes these two; JAX places the model
         if TemplateLM is object: raise RunError("SgatlinLM needs lm-evaluation-harness: pip install 'sgatlin_nb[eval]'")
         super().__init__()
-        self.scorer, self.tokenizer_, self.step = Scorer.of_run(run, step, batch_size)
+        if not str(batch_size).isdigit(): raise RunError(f"SgatlinLM takes a whole batch_size, got {batch_size!r}")
+        self.scorer, self.tokenizer_, self.step = Scorer.of_run(run, None if step in (None, '') else int(step), int(batch_size))
         self.progress = progress
 
     @property

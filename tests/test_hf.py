@@ -169,3 +169,28 @@ def test_bad_input_is_one_line(tmp_path, data_dir, monkeypatch):
     (out / 'config.json').write_text(json.dumps({**config, 'transformers_range': ['4', '5']}))
     with pytest.raises(ImportError, match=r"tested with transformers >=4,<5, and transformers 5\.\S+ is installed: pip install"):
         transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+
+
+def test_lm_eval_scores_the_export_as_it_scores_the_run(tmp_path, monkeypatch):
+    "lm-evaluation-harness by name: `hf` on the export and `sgatlin` on the run give the same per-item log-likelihoods."
+    monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')  # the harness reads our JSON task files through `datasets`, never the hub
+    monkeypatch.setenv('HF_DATASETS_CACHE', str(tmp_path / 'datasets'))
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    from sgatlin_nb.tasks import harness_tasks
+    out = hf.export_hf(REFERENCE_DIR, tmp_path / 'reference-hf')
+    tasks = harness_tasks(tmp_path / 'tasks', ['hellaswag'], limit=12)
+    results = {}
+    for model, args in (('sgatlin', f'run={REFERENCE_DIR},batch_size=48'),  # the run's tokenizer puts <|endoftext|> first ...
+                        ('hf', f'pretrained={out},trust_remote_code=True,add_bos_token=True,batch_size=48')):  # ... as this BOS does
+        results[model] = simple_evaluate(model=model, model_args=args, tasks=tasks, log_samples=True, device='cpu',
+                                         task_manager=TaskManager(include_path=str(tmp_path / 'tasks')))
+    ours, theirs = ([s['resps'] for s in sorted(results[m]['samples']['sgatlin_hellaswag'], key=lambda s: s['doc_id'])]
+                    for m in ('sgatlin', 'hf'))
+    pairs = [(a[0], b[0]) for x, y in zip(ours, theirs) for a, b in zip(x, y)]
+    assert len(ours) == 12 and len(pairs) == 48
+    largest = max(abs(a[0] - b[0]) for a, b in pairs)
+    assert largest < 1e-4 and [a[1] for a, _ in pairs] == [b[1] for _, b in pairs], largest
+    for metric in ('acc,none', 'acc_norm,none'):
+        assert results['sgatlin']['results']['sgatlin_hellaswag'][metric] == results['hf']['results']['sgatlin_hellaswag'][metric]
+    print(f'lm_eval: largest per-item log-likelihood difference {largest:.1e}')
