@@ -416,6 +416,8 @@ def graph(prompt: str,                # the prompt (positional); the model reads
           pages: str = None,          # a site written by `sgatlin pages`: the view links each neuron to its page there
           out: str = 'graph',         # folder for graph.json (circuit-tracer's format) and graph.html (the view)
           heads: bool = False,        # split each edge across the attention heads it crosses (plus a bypass): in graph.json and on hover
+          features: str = None,       # also write circuit-tracer's feature files of the kept neurons into FEATURES/features/sgatlin/
+          db: str = None,             # with --features: the run's circuit database (default: the reference model's, recorded on first use)
           overwrite: bool = False):   # replace graph.json and graph.html in --out
     "Write PROMPT's exact attribution graph (no replacement model, no error nodes): graph.json in circuit-tracer's format and graph.html."
     from flax import nnx
@@ -425,7 +427,15 @@ def graph(prompt: str,                # the prompt (positional); the model reads
     from sgatlin_nb.reference import reference_run
     shares = parse_prune(prune)
     _not_into_a_run(out)
+    if db is not None and features is None: raise RunError("--db goes with --features (the feature files read the circuit database)")
+    if features is not None and db is None and run is not None:
+        raise RunError("--features on a run other than the reference model needs its circuit database: record one with `sgatlin record` and give --db")
     cfg, tokenizer, graphdef, params, _ = load_run(run or reference_run())
+    circuits = None
+    if features is not None:
+        from sgatlin_nb.record import CircuitDB, model_identity, reference_circuit_db
+        circuits = (reference_circuit_db(progress=False) if db is None else
+                    CircuitDB(db, expect={'model': model_identity(nnx.merge(graphdef, params), tokenizer)}))
     site, out_dir = (Path(pages) if pages else None), Path(out)
     if site is not None and not (site / 'index.html').is_file():
         raise RunError(f"--pages {pages} holds no site (no index.html): write one with `sgatlin pages --out {pages}`")
@@ -436,10 +446,11 @@ def graph(prompt: str,                # the prompt (positional); the model reads
         return link if link.startswith('../') else f'./{link}'
     s = write_graph(nnx.merge(graphdef, params), tokenizer, prompt, out_dir, target=target, prune=shares,
                     neuron_href=href if site is not None else None, bos=bos_id(tokenizer), overwrite=overwrite,
-                    heads=heads)
+                    heads=heads, features=features, db=circuits)
     print(f"{out_dir / 'graph.html'}: {s['kept_nodes']} of {s['nodes']} nodes, {s['kept_edges']:,} of {s['edges']:,} edges; "
           f"target {s['target']!r} (p = {s['probability']:.3f}); completeness gap {s['completeness_error']:.0e}"
-          + (f"; head loadings of every kept edge in {s['heads_seconds']:.1f} s (the graph: {s['seconds']:.1f} s)" if heads else ''))
+          + (f"; head loadings of every kept edge in {s['heads_seconds']:.1f} s (the graph: {s['seconds']:.1f} s)" if heads else '')
+          + (f"; {s['features']} feature files in {Path(features) / 'features' / 'sgatlin'}" if features is not None else ''))
     return s
 
 

@@ -7,8 +7,8 @@ __all__ = ['GRAPH_COPIES', 'AttributionGraph', 'transport', 'selected_neurons', 
            'completeness_error', 'total_effects', 'node_influence', 'prune_graph', 'to_circuit_tracer', 'graph_svg',
            'graph_html', 'edge_loadings', 'masked_edges', 'HeadLoadings', 'head_loadings', 'path_layers',
            'path_loadings', 'link_loadings', 'loadings_text', 'StreamParts', 'stream_parts', 'attention_scores',
-           'QKAttribution', 'qk_attribution', 'parse_prune', 'graph_nodes', 'graph_memory', 'available_memory',
-           'write_graph']
+           'QKAttribution', 'qk_attribution', 'recorded_activations', 'feature_file', 'write_features', 'parse_prune',
+           'graph_nodes', 'graph_memory', 'available_memory', 'write_graph']
 
 # %% ../nbs/15a_graph.ipynb #e5c243fd
 import dataclasses
@@ -597,6 +597,91 @@ def qk_attribution(model: Transformer,
                           'term': terms[a, b].astype(np.float64), 'share of score': terms[a, b] / score})
     return QKAttribution(int(layer), int(head), int(query), int(key), score, terms, qn, kn, table)
 
+# %% ../nbs/15a_graph.ipynb #a69e000d
+@nnx.jit
+def _ffw_inputs(model, tokens_BxT):
+    "Every layer's normalized feedforward input `[L, B, T, D]` (what its neurons read) in the model's own forward pass."
+    _, sites = model(tokens_BxT, sites=('resid_pre', 'attn_out'))
+    x_LxBxTxD = sites['resid_pre'] + sites['attn_out']
+    return jnp.stack([b.ffw_norm(x_LxBxTxD[l]) for l, b in enumerate(model.blocks)])
+
+def recorded_activations(model: Transformer, db, neurons, batch_size: int = 16) -> dict:
+    """Each neuron's value `a = g · (w_in ⊙ γ) · x / rms(x)` (the quantity a graph node's `activation` is) at every token of
+    the circuit database where it was selected: `(layer, channel, neuron) -> (rows [M], values [M])`. The database gives
+    the rows and gate scores; one forward pass per batch of its documents gives what the neurons read."""
+    from sgatlin_nb.record import pad_documents
+    neurons = sorted({(int(l), int(c), int(n)) for l, c, n in neurons})
+    gates = {l: db.gates(l) for l in {l for l, _, _ in neurons}}
+    where = {}
+    for l, c, n in neurons:
+        hit = gates[l][0][:, c, :] == n                               # [rows, k]: at most one slot per row
+        rows = np.flatnonzero(hit.any(1))
+        where[l, c, n] = (rows, gates[l][1][rows, c][hit[rows]])
+    t = db.tokens
+    starts = np.flatnonzero(t.pos.to_numpy() == 0)
+    ends = np.append(starts[1:], len(t))
+    ids = t.token_id.to_numpy().astype(np.int32)
+    z_of_row = {}
+    need = np.unique(np.concatenate([r for r, _ in where.values()] + [np.zeros(0, int)]))
+    docs_needed = np.unique(np.searchsorted(starts, need, side='right') - 1)
+    for i in range(0, len(docs_needed), batch_size):
+        ds = docs_needed[i:i + batch_size]
+        docs = [ids[starts[d]:ends[d]] for d in ds]
+        length = max(map(len, docs))
+        tokens_BxT, _ = pad_documents(docs, len(docs), length, 0)
+        z_LxBxTxD = np.asarray(_ffw_inputs(model, jnp.asarray(tokens_BxT)))
+        for b, d in enumerate(ds):
+            for r in range(starts[d], ends[d]): z_of_row[r] = z_LxBxTxD[:, b, r - starts[d]]
+    out = {}
+    for (l, c, n), (rows, scores) in where.items():
+        w_in_D = np.asarray(model.blocks[l].ffw.w_in[...][c, n])
+        z_MxD = np.stack([z_of_row[r][l] for r in rows]) if len(rows) else np.zeros((0, len(w_in_D)), np.float32)
+        out[l, c, n] = (rows, (scores * (z_MxD @ w_in_D)).astype(np.float32))
+    return out
+
+def feature_file(model: Transformer, tokenizer, db, layer: int, channel: int, neuron: int, rows, values,
+                 scan: str = 'sgatlin', n_examples: int = 10, n_quantiles: int = 5, width: int = 8, n_bins: int = 40,
+                 n_logits: int = 10) -> dict:
+    "One neuron as circuit-tracer's viewer reads a feature (`frontend/feature_models.py`): top contexts and contexts by quantile of its value, top and bottom logits, histogram, frequency."
+    from sgatlin_nb.pages import neuron_directions
+    t = db.tokens
+    strings, pos, doc = t.token_str.to_numpy(), t.pos.to_numpy(), t.doc_id.to_numpy()
+    value_of = dict(zip(rows.tolist(), values.tolist()))
+    def example(r):
+        lo = max(r - width, r - int(pos[r]))
+        hi = r + 1
+        while hi < len(t) and hi < r + width + 1 and doc[hi] == doc[r]: hi += 1
+        return {'tokens': [str(s) for s in strings[lo:hi]], 'tokens_acts_list': [float(value_of.get(i, 0.0)) for i in range(lo, hi)],
+                'train_token_ind': int(r - lo), 'is_repeated_datapoint': False}
+    order = np.argsort(-values, kind='stable')
+    quantiles = [{'quantile_name': 'Top activations', 'examples': [example(int(rows[i])) for i in order[:n_examples]]}]
+    bands = np.array_split(order, n_quantiles) if len(order) else []
+    for q, band in enumerate(bands):   # equal shares of the firings, from the highest values down; up to n_examples evenly spaced in each
+        pick = band[np.linspace(0, len(band) - 1, min(n_examples, len(band))).astype(int)] if len(band) else band
+        quantiles.append({'quantile_name': f'Quantile {q + 1} of {n_quantiles} (from the top)', 'examples': [example(int(rows[i])) for i in pick]})
+    out_V = neuron_directions(model, layer, [channel], [neuron])[0][0]
+    top, bottom = np.argsort(-out_V)[:n_logits], np.argsort(out_V)[:n_logits]
+    name = lambda i: tokenizer.decode([int(i)]) or tokenizer.id_to_token(int(i))
+    lo, hi = (float(values.min()), float(values.max())) if len(values) else (0.0, 0.0)
+    hist = np.histogram(values, bins=n_bins, range=(lo, hi if hi > lo else lo + 1))[0] if len(values) else np.zeros(n_bins)
+    return {'transcoder_id': f'{scan}-layer{layer}', 'index': _cantor(layer, channel * db.d_ffw + neuron),
+            'examples_quantiles': quantiles, 'top_logits': [name(i) for i in top], 'bottom_logits': [name(i) for i in bottom],
+            'act_min': lo, 'act_max': hi,
+            'quantile_values': [float(v) for v in (np.quantile(values, np.arange(1, 101) / 100) if len(values) else np.zeros(100))],
+            'histogram': [float(v) for v in hist], 'activation_frequency': len(rows) / db.n_rows}
+
+def write_features(model: Transformer, tokenizer, db, graph: AttributionGraph, out: str | Path, scan: str = 'sgatlin', **kw) -> int:
+    "A feature file for every neuron node of `graph`, at `out/features/{scan}/{index}.json` with `index` the node's Cantor number (its `feature` in graph.json); returns how many."
+    neu = graph.nodes[graph.nodes.kind == 'neuron']
+    keys = sorted({(int(r.layer), int(r.channel), int(r.neuron)) for r in neu.itertuples()})
+    acts = recorded_activations(model, db, keys)
+    folder = Path(out) / 'features' / scan
+    folder.mkdir(parents=True, exist_ok=True)
+    for l, c, n in keys:
+        f = feature_file(model, tokenizer, db, l, c, n, *acts[l, c, n], scan=scan, **kw)
+        (folder / f"{f['index']}.json").write_text(json.dumps(f))
+    return len(keys)
+
 # %% ../nbs/15a_graph.ipynb #c1b928bf
 def parse_prune(text: str | None) -> tuple[float, float] | None:
     "`--prune`: 'none' (keep every node and edge) or 'NODE_SHARE,EDGE_SHARE' such as '0.8,0.98'."
@@ -631,12 +716,15 @@ def write_graph(model: Transformer, tokenizer, prompt: str, out: str | Path,
                 bos: int | None = None,        # token id put before the prompt (the reference model's stories begin with one)
                 overwrite: bool = False, scan: str = 'sgatlin',
                 heads: bool = False,           # split each kept edge across the heads of the layers it crosses (`link_loadings`): in the file and on hover
+                features: str | Path | None = None,  # also write a feature file per kept neuron into FEATURES/features/{scan}/ (needs `db`)
+                db=None,                       # the model's circuit database (`CircuitDB`), for `features`
                 ) -> dict:
     "Make `prompt`'s attribution graph, prune it, and write `out/graph.json` (circuit-tracer's format) and `out/graph.html`; returns a summary."
     from sgatlin_nb.runs import RunError, into_place, refuse_existing, writing_lock
     out = Path(out)
     with writing_lock(out, 'sgatlin graph'):  # one writer at a time: a second graph on this --out is refused, naming the first
         refuse_existing([out / 'graph.json', out / 'graph.html'], overwrite, 'the graph')
+        if features is not None and db is None: raise RunError("feature files need the model's circuit database: give db (`sgatlin graph --db`)")
         ids = ([] if bos is None else [int(bos)]) + tokenizer.encode(prompt).ids
         if len(ids) < 1 + (bos is not None): raise RunError("the prompt is empty: give some text")
         if len(ids) > model.cfg.seq_len: raise RunError(f"the prompt has {len(ids)} tokens; the model reads at most {model.cfg.seq_len}")
@@ -674,4 +762,6 @@ def write_graph(model: Transformer, tokenizer, prompt: str, out: str | Path,
                 f"incoming edges to {summary['completeness_error']:.0e} of the largest.")
         with into_place(out / 'graph.html') as tmp:
             tmp.write_text(graph_html(graph, f"{prompt!r} → {full.target_text!r}", neuron_href, note, loadings), encoding='utf-8')
+        if features is not None:
+            summary['features'] = write_features(model, tokenizer, db, graph, features, scan)
         return summary

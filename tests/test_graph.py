@@ -37,9 +37,30 @@ def circuit_tracer_models():
     return module
 
 
-def test_graph_file_is_read_by_circuit_tracer(tmp_path):
-    models = circuit_tracer_models()
-    res = run_sgatlin(["graph", "The turtle was", "--target", " slow", "--prune", "none", "--heads", "--out", str(tmp_path / "g")], None)
+def circuit_tracer_feature_models():
+    "circuit-tracer's `feature_models` module (the viewer's feature card), from the same wheel as `graph_models`."
+    circuit_tracer_models()  # makes sure the wheel is there
+    target = WHEELS / "feature_models.py"
+    with zipfile.ZipFile(sorted(WHEELS.glob("circuit_tracer-*.whl"))[-1]) as z:
+        target.write_bytes(z.read("circuit_tracer/frontend/feature_models.py"))
+    spec = importlib.util.spec_from_file_location("circuit_tracer_feature_models", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_graph_file_is_read_by_circuit_tracer(tmp_path, turtle):
+    """One command writes graph.json with head loadings (--heads) and circuit-tracer's feature files (--features); the library's
+    own models read both. The circuit database is two stories, the prompt itself first (after end-of-text, as the graph reads it)."""
+    import numpy as np
+    from sgatlin_nb.graph import recorded_activations
+    from sgatlin_nb.record import build_circuit_db
+    models, fm = circuit_tracer_models(), circuit_tracer_feature_models()
+    model, tokenizer, full, _ = turtle
+    db = build_circuit_db(model, tokenizer, ["The turtle was", "Once there was a turtle. The turtle was slow, and the dog was fast."],
+                          tmp_path / "db", progress=False)
+    res = run_sgatlin(["graph", "The turtle was", "--target", " slow", "--prune", "none", "--heads", "--out", str(tmp_path / "g"),
+                       "--features", str(tmp_path / "f"), "--db", str(tmp_path / "db")], None)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "head loadings of every kept edge in" in res.stdout, res.stdout
     payload = json.loads((tmp_path / "g" / "graph.json").read_text())
@@ -74,6 +95,24 @@ def test_graph_file_is_read_by_circuit_tracer(tmp_path):
     layer, feat, pos = map(int, neuron.node_id.split("_"))
     same = models.Node.feature_node(layer, pos, feat, activation=neuron.activation)
     assert (same.node_id, same.feature, same.jsNodeId) == (neuron.node_id, neuron.feature, neuron.jsNodeId)
+    # --features: a card per neuron node, named by its Cantor number, that circuit-tracer's feature models accept
+    nodes = [n for n in graph.nodes if n.feature_type == "cross layer transcoder"]
+    folder = tmp_path / "f" / "features" / "sgatlin"
+    assert sorted(int(p.stem) for p in folder.glob("*.json")) == sorted({n.feature for n in nodes}) and nodes
+    for n in nodes:
+        card = fm.Model(**json.loads((folder / f"{n.feature}.json").read_text()))
+        assert card.index == n.feature and len(card.top_logits) == len(card.bottom_logits) == 10
+        firings = sum(card.histogram)
+        assert firings >= 1 and abs(card.activation_frequency - firings / db.n_rows) < 1e-12
+        assert card.act_min - 1e-4 <= n.activation <= card.act_max + 1e-4   # the node's own firing is among them
+        assert card.quantile_values == sorted(card.quantile_values) and card.examples_quantiles[0].examples
+    # the values the cards hold are the graph nodes' activations: each neuron's recorded value at the prompt's rows
+    neu = full.nodes[full.nodes.kind == "neuron"]
+    acts = recorded_activations(model, db, zip(neu.layer, neu.channel, neu.neuron))
+    gap = max(abs(dict(zip(*acts[r.layer, r.channel, r.neuron]))[r.pos] - r.value) for r in neu.itertuples())
+    assert gap < 1e-5 * np.abs(neu.value).max(), gap
+    res = run_sgatlin(["graph", "The turtle was", "--db", str(tmp_path / "db"), "--out", str(tmp_path / "x")], None)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--db goes with --features" in res.stderr, res.stderr
 
 
 def test_graph_refuses_a_model_it_cannot_freeze(tmp_path, data_dir):
