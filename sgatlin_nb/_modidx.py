@@ -835,6 +835,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.runs._hold_mirror': ('runs.html#_hold_mirror', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._holder': ('runs.html#_holder', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._in_kernel': ('runs.html#_in_kernel', 'sgatlin_nb/runs.py'),
+                                 'sgatlin_nb.runs._last_load': ('runs.html#_last_load', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._listed': ('runs.html#_listed', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._load_export': ('runs.html#_load_export', 'sgatlin_nb/runs.py'),
                                  'sgatlin_nb.runs._mirror_lock': ('runs.html#_mirror_lock', 'sgatlin_nb/runs.py'),
