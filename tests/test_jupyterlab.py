@@ -5,11 +5,14 @@ off but for the server on loopback.
 The server runs with a token, in a copy of the repository (pages write files beside themselves), with its own settings,
 workspace and IPython folders, so nothing of the user's JupyterLab or of the docs build's profile is read. Each page is
 opened by its URL, run from the menu (Run > Run All Cells) and waited for until no cell is queued and the kernel is
-idle. Then the DOM must show (`problems`): every code cell run, no error output, every Altair chart drawn (an `svg` or
-`canvas` with marks inside each chart's element), no progress bar or widget shown as text, and a screenshot that is
-not blank (kept in build/jupyterlab_screenshots/). 14_usage has its `parameters` cell edited in the browser, as
-the README tells a GPU user to, and must take its miniature path (the cheapest paper page's: about a minute). A page made broken on purpose (an exception, a chart
-drawn by Altair's default renderer, which needs a CDN, and the parameters edit left out) shows each check failing.
+idle. Then the DOM must show (`problems`): every code cell run, no error output, the page's Altair charts, as many as
+expected, each drawn (an `svg` with marks, or a `canvas` with pixels painted, inside each chart's element), its
+progress bars drawn as widgets (01 trains under tqdm.auto's bar) and run to their end, no progress bar or widget shown
+as text, no JavaScript error on the page (`start_chromium` collects them), and a screenshot that is not blank (kept in
+build/jupyterlab_screenshots/). 14_usage has its `parameters` cell edited in the browser, as the README tells a GPU
+user to, and must take its miniature path (the cheapest paper page's: about a minute). A page made broken on purpose
+(an exception, a chart drawn by Altair's default renderer, which needs a CDN, a blank canvas, a JavaScript error, a
+chart and a progress bar missing) shows each check failing, and its own parameters edit taking effect.
 """
 import json
 import os
@@ -32,6 +35,8 @@ from conftest import ROOT, start_chromium
 VENV_BIN = Path(sys.executable).parent
 SHOTS = ROOT / "build" / "jupyterlab_screenshots"
 # what a tqdm bar or an ipywidget shows when the front end cannot draw it
+# JavaScript errors JupyterLab itself raises on a healthy page, each with why it is harmless
+BENIGN_JS = re.compile(r"(?!)")  # none seen yet
 RAW_WIDGET = re.compile(r"\b(?:HBox|VBox|FloatProgress|IntProgress|HTML)\(children=|\bFloatProgress\(value=|IProgress not found|"
                         r"Widget Javascript not detected|Error displaying widget")
 
@@ -138,14 +143,29 @@ def _kernel_status(driver) -> str | None:
                           return el ? el.getAttribute('data-status') : null;""")
 
 
+def select_kernel(driver):
+    """Accept JupyterLab's "Select Kernel" dialog (the notebook's own kernel, preselected) if it shows: it can open while
+    the kernel that open_notebook waited for starts, and it blocks the menus until a person clicks Select."""
+    for dialog in driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"):
+        if "Select Kernel" in dialog.text:
+            dialog.find_element(By.CSS_SELECTOR, ".jp-Dialog-button.jp-mod-accept").click()
+            _wait("the kernel dialog to close", lambda: not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"), 30)
+
+
 def run_all_from_menu(driver):
-    "Run > Run All Cells, clicked as a person clicks it."
-    menu = _wait("the Run menu", lambda: next((e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item")
-                                                if e.text.strip() == "Run"), None), 30)
-    menu.click()
-    item = _wait("Run All Cells", lambda: next((e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-Menu-item")
-                                                 if e.text.strip().startswith("Run All Cells")), None), 30)
-    item.click()
+    """Run > Run All Cells, clicked as a person clicks it once the item is enabled (greyed out until JupyterLab makes the
+    notebook its current widget, and a click on it then does nothing: a person looks again)."""
+    def enabled_item():
+        select_kernel(driver)
+        menu = _wait("the Run menu", lambda: next((e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item")
+                                                    if e.text.strip() == "Run"), None), 30)
+        menu.click()
+        item = _wait("Run All Cells", lambda: next((e for e in driver.find_elements(By.CSS_SELECTOR, ".lm-Menu-item")
+                                                     if e.text.strip().startswith("Run All Cells")), None), 30)
+        if "lm-mod-disabled" not in (item.get_attribute("class") or ""): return item
+        driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)  # closed, to be opened again
+        time.sleep(1)
+    _wait("Run All Cells to be enabled", enabled_item, 60, poll=0).click()
 
 
 def wait_until_run(driver, rel: str, timeout: float):
@@ -153,7 +173,12 @@ def wait_until_run(driver, rel: str, timeout: float):
     def prompts():
         return _js(driver, """return [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')]
                               .map(p => p.textContent.trim());""")
-    _wait(f"the cells of {rel} to be queued", lambda: "[*]:" in prompts(), 60, poll=0.2)
+    # started: a cell queued, or run already (a quick page can finish between two looks; the page opened with none run)
+    try: _wait(f"the cells of {rel} to be queued", lambda: any(p == "[*]:" or re.fullmatch(r"\[\d+\]:", p) for p in prompts()), 60, poll=0.2)
+    finally:  # what the page showed, for a run that never started
+        if not any(p == "[*]:" or re.fullmatch(r"\[\d+\]:", p) for p in prompts()):
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            (SHOTS / f"{Path(rel).stem}_not_started.png").write_bytes(driver.get_screenshot_as_png())
     _wait(f"every cell of {rel} to run", lambda: "[*]:" not in prompts() and _kernel_status(driver) == "idle", timeout, poll=2)
     return prompts()
 
@@ -169,17 +194,30 @@ def page_state(driver) -> dict:
                          .map(o => o.textContent.slice(0, 600));
       // every place a chart should be: ours (.altair-offline), Altair's own HTML (#altair-viz-...), any vega-embed
       const slots = [...nb.querySelectorAll('.altair-offline, [id^="altair-viz-"]')];
+      // a canvas counts by its pixels: those neither transparent nor (near-)white, as Vega's canvas renderer paints marks
+      const inked = canvas => {
+          const ctx = canvas.width && canvas.height ? canvas.getContext('2d') : null;
+          if (!ctx) return 0;
+          const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+          let n = 0;
+          for (let i = 0; i < px.length; i += 4) if (px[i + 3] > 0 && Math.min(px[i], px[i + 1], px[i + 2]) < 245) n++;
+          return n;
+      };
       const charts = slots.map(el => {
           const svg = el.querySelector('svg');
           const canvas = el.querySelector('canvas');
           const marks = svg ? svg.querySelectorAll('.mark-symbol path, .mark-line path, .mark-rect path, .mark-area path, .mark-rule line, .mark-text text, .mark-point path, path.mark, g.mark-group').length
-                            : (canvas ? canvas.width * canvas.height : 0);
-          return {drawn: !!(svg || canvas) && marks > 0, marks, error: (el.querySelector('.error') || {}).textContent || null,
+                            : (canvas ? inked(canvas) : 0);
+          return {id: el.id, drawn: !!(svg || canvas) && marks > 0, marks, error: (el.querySelector('.error') || {}).textContent || null,
                   text: el.textContent.slice(0, 300)};
       });
+      // each progress bar drawn as a widget (tqdm.auto's: a FloatProgress in an HBox), with the text beside it
+      const bars = [...nb.querySelectorAll('.jupyter-widgets.widget-hprogress')].map(el => ({
+          width: (el.querySelector('.progress-bar') || {style: {}}).style.width || null,
+          text: (el.closest('.widget-hbox') || el).textContent.trim().slice(0, 200)}));
       const prompts = [...nb.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim());
-      return {errors, charts, prompts, text: outs.map(o => o.textContent).join('\\n'),
-              widgetViews: nb.querySelectorAll('.jupyter-widgets').length};
+      return {errors, charts, prompts, bars, text: outs.map(o => o.textContent).join('\\n'),
+              widgetViews: nb.querySelectorAll('.jupyter-widgets').length, pageErrors: window.__pageErrors ?? null};
     """)
 
 
@@ -193,15 +231,20 @@ def _inked(png: bytes) -> float:
     return 1 - counts.max() / a.size
 
 
-def problems(driver, rel: str, min_charts: int = 0) -> list[str]:
-    "What is wrong with the open notebook after its run: cells not run, errors, charts not drawn, widgets as text, blank."
+def problems(driver, rel: str, charts: int = 0, bars: int = 0) -> list[str]:
+    """What is wrong with the open notebook after its run: cells not run, errors, charts not drawn or not `charts` of
+    them, not `bars` progress bars drawn as widgets and run to the end, widgets as text, page JavaScript errors, blank."""
     st = page_state(driver)
     found = []
     not_run = [p for p in st["prompts"] if not re.fullmatch(r"\[\d+\]:", p)]
     if not_run: found.append(f"{len(not_run)} of {len(st['prompts'])} code cells did not run")
     found += [f"error output: {e}" for e in st["errors"]]
     found += [f"a chart did not draw: {c}" for c in st["charts"] if not c["drawn"]]
-    if len(st["charts"]) < min_charts: found.append(f"{len(st['charts'])} charts, expected at least {min_charts}")
+    if len(st["charts"]) != charts: found.append(f"{len(st['charts'])} charts, expected {charts}")
+    if len(st["bars"]) != bars: found.append(f"{len(st['bars'])} progress bars drawn as widgets, expected {bars}: {st['bars']}")
+    found += [f"a progress bar did not reach its end: {b}" for b in st["bars"] if b["width"] != "100%"]
+    if st["pageErrors"] is None: found.append("the page's JavaScript errors were not collected (window.__pageErrors)")
+    found += [f"a JavaScript error on the page: {e[:600]}" for e in st["pageErrors"] or [] if not BENIGN_JS.search(e)]
     if raw := RAW_WIDGET.search(st["text"]):
         found.append(f"a widget shown as text: {st['text'][max(0, raw.start() - 100):raw.end() + 100]!r}")
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -211,9 +254,9 @@ def problems(driver, rel: str, min_charts: int = 0) -> list[str]:
     return found
 
 
-def check_page(driver, rel: str, min_charts: int = 0) -> dict:
+def check_page(driver, rel: str, charts: int = 0, bars: int = 0) -> dict:
     "The open notebook after its run shows no problem; what it shows."
-    found = problems(driver, rel, min_charts)
+    found = problems(driver, rel, charts, bars)
     assert not found, f"{rel}:\n" + "\n".join(found)
     return page_state(driver)
 
@@ -231,8 +274,9 @@ def edit_parameters(driver, line: str):
     editor.send_keys(Keys.ESCAPE)  # command mode, as a click outside the cell leaves it
 
 
-# the pages a newcomer opens first, and one that draws charts; the least number of charts each must show
-PAGES = {"tour.ipynb": 0, "01_sgatlin.ipynb": 0, "03_complexity.ipynb": 1, "16_demo.ipynb": 0}
+# the pages a newcomer opens first, one that draws charts, and one with a progress bar (01 trains a block under
+# tqdm.auto's bar): how many Altair charts and progress-bar widgets each shows when run whole
+PAGES = {"tour.ipynb": (0, 0), "01_sgatlin.ipynb": (0, 1), "03_complexity.ipynb": (1, 0), "16_demo.ipynb": (0, 0)}
 
 
 @pytest.mark.parametrize("rel", list(PAGES))
@@ -240,7 +284,7 @@ def test_page_runs_from_the_menu(rel, lab, browser):
     open_notebook(browser, lab, rel)
     run_all_from_menu(browser)
     wait_until_run(browser, rel, 900)
-    check_page(browser, rel, PAGES[rel])
+    check_page(browser, rel, *PAGES[rel])
 
 
 def test_parameters_edited_in_the_browser_take_the_miniature_path(lab, browser):
@@ -253,7 +297,7 @@ def test_parameters_edited_in_the_browser_take_the_miniature_path(lab, browser):
     edit_parameters(browser, "run_full = True; miniature = True")
     run_all_from_menu(browser)
     wait_until_run(browser, rel, 900)
-    st = check_page(browser, rel)
+    st = check_page(browser, rel, charts=1)  # the usage chart of the reference model
     # what the guarded cell wrote where its parameters say, and printed: the miniature of the paper's model was analysed
     summary = json.loads((out / "summary.json").read_text())
     assert (out / "usage.png").stat().st_size > 10_000, sorted(p.name for p in out.iterdir())
@@ -262,12 +306,20 @@ def test_parameters_edited_in_the_browser_take_the_miniature_path(lab, browser):
 
 
 def test_the_checks_fail_on_a_broken_page(lab, browser):
-    "A page that raises, a chart drawn by Altair's default renderer (it needs a CDN) and an edit left out: each is caught."
+    """A page that raises, a chart drawn by Altair's default renderer (it needs a CDN), a blank canvas where a chart
+    should be, a JavaScript error, a chart and a progress bar that never reach the page: each is caught; a canvas with
+    pixels on it counts as drawn, and the parameters edited in the browser take the guarded path."""
     rel = "zz_broken.ipynb"
     _, _, copy, _ = lab
+    html = lambda h: nbformat.v4.new_code_cell(f"from IPython.display import HTML\nHTML({h!r})")
     cells = [nbformat.v4.new_code_cell("run_full = False"),
              nbformat.v4.new_code_cell("import altair as alt\nalt.renderers.enable('default')\n"
                                        "alt.Chart(alt.Data(values=[{'a': 1}])).mark_point().encode(x='a:Q')"),
+             html('<div class="altair-offline" id="blank-canvas"><canvas width="300" height="200"></canvas></div>'
+                  '<div class="altair-offline" id="painted-canvas"><canvas width="120" height="60"></canvas></div>'
+                  "<script>{const c = document.querySelector('#painted-canvas canvas').getContext('2d');"
+                  "c.fillStyle = '#4c78a8'; c.fillRect(10, 10, 50, 30);}</script>"),
+             html("<script>setTimeout(() => { throw new Error('javascript broken on purpose'); }, 0)</script>"),
              nbformat.v4.new_code_cell("if run_full: print('the guarded path ran')"),
              nbformat.v4.new_code_cell("raise ValueError('broken on purpose')"),
              nbformat.v4.new_code_cell("print('after the error')")]
@@ -275,10 +327,17 @@ def test_the_checks_fail_on_a_broken_page(lab, browser):
     kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
     nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata=kernel), copy / "nbs" / rel)
     open_notebook(browser, lab, rel)
-    run_all_from_menu(browser)  # the edit left out
+    edit_parameters(browser, "run_full = True")
+    run_all_from_menu(browser)
     wait_until_run(browser, rel, 120)
-    found = problems(browser, rel)
-    assert any("broken on purpose" in f for f in found), found
-    assert any(f.startswith("a chart did not draw") for f in found), found
-    assert "1 of 5 code cells did not run" in found, found
-    assert "the guarded path ran" not in page_state(browser)["text"]
+    found = problems(browser, rel, charts=4, bars=1)  # three chart slots reach the page, no progress bar
+    assert any("broken on purpose" in f and f.startswith("error output") for f in found), found
+    undrawn = [f for f in found if f.startswith("a chart did not draw")]
+    assert len(undrawn) == 2 and any("'id': 'blank-canvas'" in f for f in undrawn), found  # Altair's CDN chart, the blank canvas
+    assert "3 charts, expected 4" in found, found
+    assert any(f.startswith("0 progress bars drawn as widgets, expected 1") for f in found), found
+    js = [f for f in found if f.startswith("a JavaScript error on the page: ")]
+    assert len(js) == 2 and any("javascript broken on purpose" in f for f in js) and any("Error loading script" in f for f in js), js  # ours; the CDN's
+    assert "1 of 7 code cells did not run" in found, found
+    assert len(found) == 8, "\n".join(found)  # nothing else: the painted canvas is drawn, the screenshot is not blank
+    assert "the guarded path ran" in page_state(browser)["text"]  # the edit took: run_full = True below run_full = False
