@@ -403,14 +403,18 @@ def edge_loadings(graph: AttributionGraph,
     return heads, bypass
 
 def masked_edges(graph: AttributionGraph, edges, head_mask_LxH, chunk: int = 64) -> np.ndarray:
-    "The edges `[E]` recomputed in the frozen network with each head's output scaled by `head_mask [L, H]` (0 removes a head), every source's value held: what removing heads does to a direct effect."
+    """The edges `[E]` recomputed in the frozen network with each head's output scaled by `head_mask [L, H]` (0 removes a
+    head), every source's value held: what removing heads does to a direct effect. The heads are scaled in the weights
+    (their rows of `w_o`), not by `transport`'s scales, so this is a check of the loadings by other means."""
     e, lin = _check_edges(graph, edges), graph.linear
-    args = (lin.graphdef, lin.state, lin.frozen, lin.emb_SxD, lin.values_LxSxCxK, lin.outs_LxSxCxKxD)
     L, H = len(lin.frozen.attn_probs), lin.frozen.attn_probs[0].shape[0]
-    mask = jnp.asarray(head_mask_LxH, jnp.float32)
+    mask = np.asarray(head_mask_LxH, np.float32)
     if mask.shape != (L, H): raise ValueError(f"head_mask must have shape [layers, heads] = {(L, H)}, got {mask.shape}")
+    scaled = nnx.clone(nnx.merge(lin.graphdef, lin.state))  # a copy: the graph's own state is left as it is
+    for l, b in enumerate(scaled.blocks): b.attn.w_o[...] = b.attn.w_o[...] * mask[l][:, None, None]
+    args = (lin.graphdef, nnx.split(scaled)[1], lin.frozen, lin.emb_SxD, lin.values_LxSxCxK, lin.outs_LxSxCxKxD)
     def rows(c, f):
-        e_NxS, n_NxLxSxCxK = _edge_rows(*args, c, f, mask)
+        e_NxS, n_NxLxSxCxK = _edge_rows(*args, c, f)
         return (jnp.concatenate([e_NxS, n_NxLxSxCxK.reshape(len(e_NxS), -1)], axis=1),)
     return _per_edge(graph, e, rows, chunk)[0]
 
