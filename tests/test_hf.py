@@ -152,7 +152,7 @@ def test_bad_input_is_one_line(tmp_path, data_dir, monkeypatch):
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     refused(['--hf', str(out)], data_dir, 'already exists: pass --overwrite')
     (tmp_path / 'mine').mkdir(); (tmp_path / 'mine' / 'notes.txt').write_text('keep')
-    refused(['--hf', str(tmp_path / 'mine'), '--overwrite'], data_dir, 'is not a folder `sgatlin export --hf` wrote')
+    refused(['--hf', str(tmp_path / 'mine'), '--overwrite'], data_dir, 'was not written by `export --hf`')
     assert (tmp_path / 'mine' / 'notes.txt').read_text() == 'keep'
     refused(['--hf', str(tmp_path / 'x'), '--out', str(tmp_path / 'y')], data_dir, '--out and --hf name two different exports')
     monkeypatch.setattr(hf, 'HF_KINDS', ('mlp',))
