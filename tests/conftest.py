@@ -172,6 +172,7 @@ SLOW = {
     "test_commands::test_train_fsdp_batch_size_from_the_shell": "a training process on forced devices",
     "test_tasks::test_the_harness_and_score_tasks_agree_on_every_log_likelihood": "lm-evaluation-harness over every task",
     "test_reference::test_the_script_reproduces_the_first_logged_losses": "the reference model's training script",
+    "test_routing_load::test_four_devices_micro_batches_and_remat": "training on 4 forced devices, load counted and not",
 }
 
 
