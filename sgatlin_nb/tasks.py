@@ -377,10 +377,9 @@ def tasks_table(results: dict):
 # %% ../nbs/08a_tasks.ipynb #ta000027
 try:
     import lm_eval.models  # the harness's own models ('hf', ...) first: it adds them only to an empty registry
-    from lm_eval.api.registry import register_model
-except ImportError: register_model = lambda *names: (lambda cls: cls)  # without the harness, SgatlinLM refuses to start
+    from lm_eval.api.registry import model_registry
+except ImportError: model_registry = None  # without the harness, SgatlinLM refuses to start
 
-@register_model('sgatlin')  # `simple_evaluate(model='sgatlin', model_args='run=...')`, once this module is imported
 class SgatlinLM(TemplateLM):
     "A run (or export) as an lm-evaluation-harness model: the harness tokenizes with the run's tokenizer, `Scorer` scores."
     def __init__(self, run: str | Path, step: int | None = None, batch_size: int | str = 32, progress: bool = False,
@@ -425,6 +424,11 @@ class SgatlinLM(TemplateLM):
             cut = min([text.index(u) for u in until if u in text], default=len(text))
             out.append(text[:cut])
         return out
+
+# the harness's model 'sgatlin' (`simple_evaluate(model='sgatlin', model_args='run=...')`) once this module is imported,
+# named by its import path: a second definition of the class (this page's, run after the package's) finds it registered
+if model_registry is not None and 'sgatlin' not in model_registry:
+    model_registry.register('sgatlin', target='sgatlin_nb.tasks:SgatlinLM')
 
 # %% ../nbs/08a_tasks.ipynb #ta000028
 def harness_tasks(folder: str | Path, names=('lambada', 'hellaswag', 'zorro'), full: bool = False, limit: int | None = None) -> list[str]:
