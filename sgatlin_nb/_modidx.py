@@ -986,6 +986,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'sgatlin_nb.tasks.encode_pair': ('tasks.html#encode_pair', 'sgatlin_nb/tasks.py'),
                                   'sgatlin_nb.tasks.harness_tasks': ('tasks.html#harness_tasks', 'sgatlin_nb/tasks.py'),
                                   'sgatlin_nb.tasks.item_results': ('tasks.html#item_results', 'sgatlin_nb/tasks.py'),
+                                  'sgatlin_nb.tasks.lm_eval_main': ('tasks.html#lm_eval_main', 'sgatlin_nb/tasks.py'),
                                   'sgatlin_nb.tasks.olmo_items': ('tasks.html#olmo_items', 'sgatlin_nb/tasks.py'),
                                   'sgatlin_nb.tasks.olmo_wheel': ('tasks.html#olmo_wheel', 'sgatlin_nb/tasks.py'),
                                   'sgatlin_nb.tasks.paired_difference': ('tasks.html#paired_difference', 'sgatlin_nb/tasks.py'),

