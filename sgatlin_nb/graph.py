@@ -8,7 +8,7 @@ __all__ = ['GRAPH_COPIES', 'AttributionGraph', 'transport', 'selected_neurons', 
            'graph_html', 'edge_loadings', 'masked_edges', 'HeadLoadings', 'head_loadings', 'path_layers',
            'path_loadings', 'link_loadings', 'loadings_text', 'StreamParts', 'stream_parts', 'attention_scores',
            'QKAttribution', 'qk_attribution', 'recorded_activations', 'feature_file', 'write_features', 'parse_prune',
-           'graph_nodes', 'graph_memory', 'available_memory', 'write_graph']
+           'graph_nodes', 'graph_memory', 'available_memory', 'write_graph', 'neuronpedia_dry_run']
 
 # %% ../nbs/15a_graph.ipynb #e5c243fd
 import dataclasses
@@ -769,3 +769,27 @@ def write_graph(model: Transformer, tokenizer, prompt: str, out: str | Path,
         if features is not None:
             summary['features'] = write_features(model, tokenizer, db, graph, features, scan)
         return summary
+
+# %% ../nbs/15a_graph.ipynb #np000002
+class _Caught(Exception): "A request Neuronpedia's client was about to send, stopped: a dry run goes no further."
+
+def neuronpedia_dry_run(graph_json: str | Path) -> dict:
+    """The first request Neuronpedia's own client would send to upload the graph file `graph_json` (method, address,
+    body), after the client's checks of the file; the request is caught before it leaves, so no key is needed and
+    nothing is sent. Tested with neuronpedia 1.2.1."""
+    import contextlib, io
+    from unittest import mock
+    try: from neuronpedia.requests.graph_request import GraphRequest
+    except ImportError: raise ValueError("the dry run uses Neuronpedia's client: pip install neuronpedia") from None
+    text = Path(graph_json).read_text()
+    seen = []
+    def caught(method, url, headers=None, **kwargs):
+        seen.append({'method': method, 'url': url, 'json': kwargs.get('json'), 'headers': sorted(headers or {})})
+        raise _Caught
+    # the client prints 'Sending POST request to ...' before the call that is caught: held back, as nothing is sent
+    with mock.patch('requests.request', caught), mock.patch('requests.put', caught), contextlib.redirect_stdout(io.StringIO()):
+        try: GraphRequest(api_key='dry-run').upload(text)
+        except _Caught: pass
+        except ValueError as e: raise ValueError(f"Neuronpedia's client refuses {graph_json}: {e}") from None
+    if not seen: raise ValueError("Neuronpedia's client made no request to catch: its upload has changed")
+    return seen[0]

@@ -115,6 +115,30 @@ def test_graph_file_is_read_by_circuit_tracer(tmp_path, turtle):
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--db goes with --features" in res.stderr, res.stderr
 
 
+def test_neuronpedia_dry_run_sends_nothing(tmp_path, turtle, monkeypatch):
+    """Neuronpedia's own client, run by `neuronpedia_dry_run` on a graph file, passes it and gives its first request (the
+    signed upload address for the compressed file); no connection is opened. A file its checks refuse is named in one line."""
+    import gzip
+    import socket
+    from sgatlin_nb.graph import neuronpedia_dry_run
+    model, tokenizer, _, _ = turtle
+    res = run_sgatlin(["graph", "The turtle was", "--out", str(tmp_path / "g")], None)
+    assert res.returncode == 0, res.stderr[-2000:]
+    opened = []
+    monkeypatch.setattr(socket.socket, "connect", lambda self, *a: opened.append(a))
+    path = tmp_path / "g" / "graph.json"
+    dry = neuronpedia_dry_run(path)
+    meta = json.loads(path.read_text())["metadata"]
+    assert dry["method"] == "POST" and dry["url"].endswith("/graph/signed-put"), dry
+    assert dry["json"] == {"filename": meta["slug"] + ".json", "contentLength": len(gzip.compress(path.read_text().encode())),
+                           "contentType": "application/json"}, dry
+    assert opened == []
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"metadata": {k: v for k, v in meta.items() if k != "prompt_tokens"}}))
+    with pytest.raises(ValueError, match="Neuronpedia's client refuses .*bad.json: Metadata must contain 'prompt_tokens'"):
+        neuronpedia_dry_run(bad)
+
+
 def test_graph_refuses_a_model_it_cannot_freeze(tmp_path, data_dir):
     "A run whose neurons are not linear (here an MLP) is refused in one line, and nothing is written."
     run = tmp_path / "mlp"
