@@ -7,7 +7,7 @@
 # elsewhere. This is the whole test command: CI (.ci/run) runs exactly this.
 # Usage (from the repository root): bash scripts/test.sh
 #
-# The fast tier, for developers while they work: `bash scripts/test.sh --fast` reuses an installed .venv, runs the
+# The fast tier, for developers while they work: `bash scripts/test.sh --fast` updates an installed .venv, runs the
 # README and hygiene checks, the quick pages (FAST_PAGES below) and `pytest -m "not slow"` (the tests that
 # tests/conftest.py's SLOW does not name), in about 8 minutes on 2 cores. CI runs the full tier, without --fast.
 set -euo pipefail
@@ -45,7 +45,8 @@ VENV=${SGATLIN_VENV:-.venv}
 PY=${PYTHON:-python3}
 
 if [ "$FAST" -eq 1 ] && "$VENV/bin/python" -c "import sgatlin_nb, nbdev, pytest" 2>/dev/null; then
-  echo "== fast tier: using $VENV as it is (the full tier reinstalls sgatlin_nb[dev])"
+  echo "== fast tier: bringing sgatlin_nb[dev] in $VENV up to date (the full tier makes $VENV afresh)"
+  "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
 else
   echo "== creating $VENV and installing sgatlin_nb[dev]"
   "$PY" -m venv "$VENV"
