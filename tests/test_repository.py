@@ -322,3 +322,9 @@ def test_every_page_links_next_to_the_page_after_it():
     skipped = dict(pages, **{order[3]: f"Next: [x]({order[5]})"})
     assert reading_path_breaks(skipped, order) == [f"{order[3]}: Next -> ['{order[5]}'], the sidebar's next page is ['{order[4]}']"]
     assert reading_path_breaks(dict(pages, **{order[-1]: f"Next: [x]({order[0]})"}), order)
+
+
+def test_every_page_after_the_index_ends_with_a_recap():
+    "The index says every page after it ends with a recap: each notebook but the index has a `## Recap` section."
+    missing = [p.name for p in NOTEBOOKS if p.name != "index.ipynb" and "## Recap" not in _markdown(p)]
+    assert not missing, f"pages without a '## Recap' section: {missing}"
