@@ -479,7 +479,7 @@ def submit(notebook: str,                 # notebook to run (it needs a cell tag
            time: str = '24:00:00', signal_s: int = 300, partition: str = None, account: str = None,
            out: str = 'slurm', run_dir: str = None, job_name: str = None, setup: str = None,
            wait: bool = False,            # wait for the jobs and report each task
-           lean_tasks: bool = False):     # array tasks after the first skip the documentation cells
+           lean_tasks: bool | str = False):  # True: array tasks after the first skip the documentation cells; 'all': every task
     "Run a notebook on Slurm with papermill: one job, or a job array over the --sweep values."
     for option, values in (('-p', param), ('--sweep', sweep)):
         for v in values or ():
@@ -502,8 +502,10 @@ def _submit_parser():
     p.add_argument('--results-param', help="parameter naming each task's results file; a follow-up job collects them")
     p.add_argument('--dry-run', action='store_true', help="print the sbatch scripts instead of submitting")
     p.add_argument('--wait', action='store_true', help="wait for the jobs, print each task's state and a failed task's log")
-    p.add_argument('--lean-tasks', action='store_true', help="array tasks after the first run only the page's code, "
-                   "its parameters and its #| slow and #| gpu cells, not its documentation cells")
+    p.add_argument('--lean-tasks', nargs='?', const=True, default=False, choices=['all'],
+                   help="array tasks after the first run only the page's code, its imports, its parameters and its "
+                        "#| slow and #| gpu cells, not its documentation cells; --lean-tasks all: the first task too "
+                        "(when the page's documentation runs elsewhere, as under nbdev-test)")
     for name, typ, default in [('nodes', int, 1), ('tasks-per-node', int, 1), ('gpus-per-node', int, 8), ('cpus-per-task', int, 16),
                                ('time', str, '24:00:00'), ('partition', str, None), ('account', str, None),
                                ('job-name', str, None), ('setup', str, None)]:

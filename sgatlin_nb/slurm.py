@@ -115,14 +115,19 @@ LEAN_FLAGS = {'export', 'exporti', 'exports', 'hide', 'slow', 'gpu'}  # the cell
 
 def lean_notebook(notebook: str | Path, dest: str | Path) -> Path:
     """Write to `dest` the part of `notebook` an array task needs: its code (cells flagged `#| export`, `#| exporti`,
-    `#| exports` or `#| hide`, which hold the imports), its `parameters` cell, and its heavy cells (`#| slow`, `#| gpu`:
-    the ones nbdev-test skips, which the parameters switch on). The documentation cells are left out."""
+    `#| exports` or `#| hide`), its visible cells of imports only (a page's opening a reader copies), its `parameters`
+    cell, and its heavy cells (`#| slow`, `#| gpu`: the ones nbdev-test skips, which the parameters switch on). The
+    documentation cells are left out."""
     nb = nbformat.read(notebook, as_version=4)
+    def imports_only(source: str) -> bool:
+        try: body = ast.parse(source).body
+        except SyntaxError: return False  # a cell magic (%%...) or shell line: not an import cell
+        return bool(body) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
     def keep(cell) -> bool:
         if cell.cell_type != 'code': return False
         flags = {line[2:].strip().split(':')[0].split()[0] for line in cell.source.splitlines()
                  if line.startswith('#|') and line[2:].strip()}
-        return 'parameters' in cell.metadata.get('tags', []) or bool(flags & LEAN_FLAGS)
+        return 'parameters' in cell.metadata.get('tags', []) or bool(flags & LEAN_FLAGS) or imports_only(cell.source)
     nb.cells = [c for c in nb.cells if keep(c)]
     if not any('parameters' in c.metadata.get('tags', []) for c in nb.cells):
         raise ValueError(f"{notebook} has no cell tagged 'parameters': papermill could not set its parameters")
@@ -154,6 +159,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
                   account: str | None = None,
                   setup: str | None = None,      # shell lines run before papermill (default: activate this Python's venv)
                   lean: str | Path | None = None,  # the notebook tasks after the first run instead (`lean_notebook`)
+                  lean_first: bool = False,        # the first task runs `lean` too
                   ) -> str:
     "The sbatch script that runs `notebook` with papermill once per task (a job array for several tasks)."
     if not tasks: raise ValueError("tasks must hold at least one parameter set")
@@ -179,7 +185,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
     head += [f'--array=0-{len(tasks) - 1}'] if array else []
     head += [f'--partition={partition}'] if partition else []
     head += [f'--account={account}'] if account else []
-    cases = [f'  {i}) PARAMS={shlex.quote(_yaml_line(p))} NB={shlex.quote(str(nb if i == 0 else lean))} ;;'
+    cases = [f'  {i}) PARAMS={shlex.quote(_yaml_line(p))} NB={shlex.quote(str(nb if i == 0 and not lean_first else lean))} ;;'
              for i, p in enumerate(tasks)]
     papermill_cmd = (f'papermill "$2" "$0/executed-$SLURM_PROCID.ipynb" --kernel python3 --language python '
                      f'--cwd {shlex.quote(str(nb.parent))} --log-output -y "$1" > "$0/papermill-$SLURM_PROCID.log" 2>&1')
@@ -187,8 +193,8 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         '#!/bin/bash',
         *[f'#SBATCH {h}' for h in head],
         f'# Runs {nb.name} with papermill, {len(tasks)} task(s); executed notebooks and logs in {run_dir}/<task>/.',
-        *([f'# Tasks after the first run {lean.name}: its code, parameters and heavy cells, no documentation cells.']
-          if lean != nb else []),
+        *([f"# {'Every task runs' if lean_first else 'Tasks after the first run'} {lean.name}: its code, parameters and "
+           f"heavy cells, no documentation cells."] if lean != nb else []),
         'set -euo pipefail',
         'TASK=${SLURM_ARRAY_TASK_ID:-0}',
         f'RUN_DIR={shlex.quote(str(run_dir))}',  # quoted once: the path is data, never shell code
@@ -375,9 +381,12 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
            job_name: str | None = None,    # default: the notebook's name
            setup: str | None = None,       # shell lines before papermill (default: activate this Python's venv)
            wait: bool = False,             # wait for the jobs, report each task, raise RunError if one failed
-           lean_tasks: bool = False,       # array tasks after the first skip the documentation cells (`lean_notebook`)
+           lean_tasks: bool | str = False, # True: array tasks after the first skip the documentation cells (`lean_notebook`);
+                                           # 'all': every task does, the first too (the page's documentation runs elsewhere)
            log=print) -> str:
     "Run `notebook` with papermill on Slurm (a job array over `sweep`); returns the job id, or the scripts if `dry_run`."
+    if lean_tasks not in (False, True, 'all', None):
+        raise ValueError(f"lean_tasks must be False, True (tasks after the first) or 'all', got {lean_tasks!r}")
     nb = Path(notebook)
     job_name = job_name or re.sub(f'[^{_DIRECTIVE_CHARS}]', '_', nb.stem)
     _directives(job_name=job_name, partition=partition, account=account)  # before the run folder is named after it
@@ -389,9 +398,10 @@ def submit(notebook: str,                  # the notebook to run (it needs a cel
         raise RunError(f"{run_dir} holds a submission of other tasks (see {run_dir / SUBMISSION}): choose another --run-dir")
     todo = [i for i in range(len(tasks)) if not (run_dir / str(i) / 'done').exists()]
     common = dict(run_dir=run_dir, job_name=job_name, partition=partition, account=account, setup=setup)
-    lean = run_dir / f'{nb.stem}-lean.ipynb' if lean_tasks and len(tasks) > 1 else None
+    lean = run_dir / f'{nb.stem}-lean.ipynb' if lean_tasks == 'all' or (lean_tasks and len(tasks) > 1) else None
     scripts = {'job.sbatch': sbatch_script(nb, tasks, nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
-                                           cpus_per_task=cpus_per_task, time=time, signal_s=signal_s, lean=lean, **common)}
+                                           cpus_per_task=cpus_per_task, time=time, signal_s=signal_s, lean=lean,
+                                           lean_first=lean_tasks == 'all', **common)}
     if results_param:
         if results_param not in tasks[0]:
             raise ValueError(f"results_param={results_param!r} must be one of the parameters passed to every task, "
