@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['LEAN_FLAGS', 'MAX_STALLS', 'SUBMISSION', 'ACTIVE', 'parse_value', 'parse_params', 'notebook_parameters',
-           'check_params', 'sweep_tasks', 'parse_sweep', 'lean_notebook', 'slurm_seconds', 'sbatch_script', 'collect',
-           'collect_script', 'task_states', 'report_run', 'wait_run', 'submit']
+           'check_params', 'sweep_tasks', 'parse_sweep', 'lean_notebook', 'slurm_seconds', 'papermill_kernel',
+           'sbatch_script', 'collect', 'collect_script', 'task_states', 'report_run', 'wait_run', 'submit']
 
 # %% ../nbs/91_slurm.ipynb #ee58acef
 import ast
@@ -13,6 +13,7 @@ import datetime
 import itertools
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -146,6 +147,21 @@ def slurm_seconds(time: str) -> float:
     else: parts = [0, int(a), int(b or 0)]                                        # MM[:SS]
     return parts[0] * 3600 + parts[1] * 60 + parts[2]
 
+def papermill_kernel(name: str = 'sgatlin_nb', log=lambda line: print(line, file=sys.stderr)) -> str:
+    """The kernel papermill runs a notebook with here: `name`, the notebooks' kernel (`sgatlin kernel install`), where it
+    is installed for this Python; else `python3`, which is this Python too (ipykernel's own kernel). `log` is told which, and why."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    try: argv = KernelSpecManager().get_kernel_spec(name).argv
+    except NoSuchKernel: argv = None
+    try: same = argv is not None and os.path.samefile(os.path.dirname(argv[0]), os.path.dirname(sys.executable))
+    except OSError: same = False  # a kernel whose Python is gone
+    if same:
+        log(f"papermill runs the kernel {name} ({sys.executable})")
+        return name
+    why = "is not installed (`sgatlin kernel install` installs it)" if argv is None else f"runs {argv[0]}, not this Python"
+    log(f"the kernel {name} {why}: papermill runs python3 ({sys.executable})")
+    return 'python3'
+
 MAX_STALLS = 3  # requeues after a stalled run, per task; one more stall fails the task
 
 def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Path, job_name: str,
@@ -187,7 +203,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
     head += [f'--account={account}'] if account else []
     cases = [f'  {i}) PARAMS={shlex.quote(_yaml_line(p))} NB={shlex.quote(str(nb if i == 0 and not lean_first else lean))} ;;'
              for i, p in enumerate(tasks)]
-    papermill_cmd = (f'papermill "$2" "$0/executed-$SLURM_PROCID.ipynb" --kernel python3 --language python '
+    papermill_cmd = (f'papermill "$2" "$0/executed-$SLURM_PROCID.ipynb" --kernel "$SGATLIN_KERNEL" --language python '
                      f'--cwd {shlex.quote(str(nb.parent))} --log-output -y "$1" > "$0/papermill-$SLURM_PROCID.log" 2>&1')
     return '\n'.join([
         '#!/bin/bash',
@@ -203,6 +219,8 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         'case "$TASK" in', *cases, '  *) echo "no parameters for task $TASK" >&2; exit 1 ;;', 'esac',
         *_setup_lines(setup),
         'export XLA_PYTHON_CLIENT_PREALLOCATE=false',
+        "# the notebooks' kernel, sgatlin_nb (`sgatlin kernel install`) where it runs this environment's Python; else its python3",
+        'export SGATLIN_KERNEL="$(python -c \'from sgatlin_nb.slurm import papermill_kernel; print(papermill_kernel())\')"',
         '# the tasks share compiled programs: a task compiles what no task compiled before it',
         'export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$RUN_DIR/jax_cache}"',
         '# every process initialises jax.distributed before the first cell (a no-op for a one-process task)',

@@ -43,6 +43,7 @@ WRITES = {
              ['runs/demo/report.html', 'runs/demo/summary.json', 'runs/demo/run/run.json']),
     'submit': (['--out', 'slurm'], []),
     'status': ([], []),
+    'kernel': (['--prefix', 'jupyter'], ['jupyter/share/jupyter/kernels/sgatlin_nb/kernel.json']),  # a scratch prefix, not the user's folder
 }
 ORDER = list(WRITES)
 

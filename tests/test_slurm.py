@@ -46,7 +46,7 @@ def test_sbatch_text(tmp_path):
     assert len(srun) == 1
     args = shlex.split(srun[0])
     inner = args[args.index("-c") + 1]
-    assert inner.startswith('papermill "$2" ') and "--kernel python3" in inner and f"--cwd {NBS}" in inner  # $2: the task's notebook
+    assert inner.startswith('papermill "$2" ') and '--kernel "$SGATLIN_KERNEL"' in inner and f"--cwd {NBS}" in inner  # $2: the task's notebook
     assert '"$0/executed-$SLURM_PROCID.ipynb"' in inner and '> "$0/papermill-$SLURM_PROCID.log"' in inner
     assert ' -y "$1"' in inner and "--yaml" not in inner  # papermill 2.7 spells it -y / --parameters_yaml
     assert args[-4:] == ["$TASK_DIR", "$PARAMS", "$NB", "&"]  # in the background, so the USR1 trap fires while the script waits
