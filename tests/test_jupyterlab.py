@@ -66,11 +66,19 @@ def lab(tmp_path_factory, data_dir):
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(values))
     port, token = _free_port(), secrets.token_hex(16)
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+    # the server's environment lacks XLA_PYTHON_CLIENT_PREALLOCATE, as a user's Lab does: the notebooks' kernel sets it
+    env = {**{k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"},
+           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
            "JUPYTER_CONFIG_DIR": str(tmp / "config"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "JUPYTER_DATA_DIR": str(tmp / "data"),  # a user's own kernels play no part ...
+           "JUPYTER_PATH": str(tmp / "kernels" / "share" / "jupyter"),  # ... the notebooks' kernel is installed here, below
            "IPYTHONDIR": str(tmp / "ipython"),  # a user's own IPython profile, not the docs build's
            "SGATLIN_CACHE": str(tmp / "cache"),  # where a paper page's run_full path trains its model: not the user's cache
-           "JAX_PLATFORMS": "cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # the data: as the test session has them
+           "JAX_PLATFORMS": "cpu"}  # the data: as the test session has them
+    # the notebooks' kernel, installed as the README says, into a folder of this test (--prefix) on the server's JUPYTER_PATH
+    res = subprocess.run([str(VENV_BIN / "sgatlin"), "kernel", "install", "--prefix", str(tmp / "kernels")],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0 and "installed kernel 'sgatlin_nb'" in res.stdout, res.stdout + res.stderr
     log = open(tmp / "lab.log", "w")
     server = subprocess.Popen(
         [str(VENV_BIN / "jupyter"), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -341,3 +349,137 @@ def test_the_checks_fail_on_a_broken_page(lab, browser):
     assert "1 of 7 code cells did not run" in found, found
     assert len(found) == 8, "\n".join(found)  # nothing else: the painted canvas is drawn, the screenshot is not blank
     assert "the guarded path ran" in page_state(browser)["text"]  # the edit took: run_full = True below run_full = False
+
+
+# ---- the notebooks' kernel (`sgatlin kernel install`) and the server proxy (the `lab` extra) ----
+
+from sgatlin_nb.cli import KERNEL_DISPLAY, KERNEL_NAME  # noqa: E402
+
+ENV_CELL = ("import os, sys\n"
+            "print('preallocate=' + os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE', 'unset'), 'python=' + sys.executable,\n"
+            "      'pid=' + str(os.getpid()))")
+
+
+def _kernel_page(copy: Path, rel: str) -> None:
+    "A page that names the notebooks' kernel, as every notebook of nbs/ does, and prints what its kernel's process sees."
+    kernel = {"kernelspec": {"name": KERNEL_NAME, "display_name": KERNEL_DISPLAY, "language": "python"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(ENV_CELL)], metadata=kernel), copy / "nbs" / rel)
+
+
+def _sessions(lab) -> list[dict]:
+    import urllib.request
+    base, token, _, _ = lab
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=30) as r:
+        return json.load(r)
+
+
+def _printed(driver) -> dict:
+    "What the open page's cell printed, as {key: value}."
+    text = page_state(driver)["text"]
+    return dict(re.findall(r"(preallocate|python|pid)=(\S+)", text))
+
+
+def _settle(driver):
+    "Accept JupyterLab's kernel dialog if it opens within a few seconds of a page opening (see `select_kernel`), then wait for the kernel."
+    end = time.time() + 5
+    while time.time() < end and not driver.find_elements(By.CSS_SELECTOR, ".jp-Dialog"):
+        time.sleep(0.2)
+    select_kernel(driver)
+    _wait("the kernel to be idle", lambda: _kernel_status(driver) == "idle", 120)
+
+
+def test_two_pages_at_once_with_the_notebooks_kernel(lab, browser):
+    """Two pages open in one Lab, each with its own `sgatlin_nb` kernel running at the same time, and each kernel's
+    process has preallocation off (the server's environment does not: the kernel's own spec sets it) and runs the
+    Python `sgatlin kernel install` ran in."""
+    _, _, copy, _ = lab
+    _kernel_page(copy, "zz_kernel_a.ipynb")
+    _kernel_page(copy, "zz_kernel_b.ipynb")
+    open_notebook(browser, lab, "zz_kernel_a.ipynb")
+    _settle(browser)
+    run_all_from_menu(browser)
+    wait_until_run(browser, "zz_kernel_a.ipynb", 120)
+    a = _printed(browser)
+    # the second page, opened from the file browser as a person does, while the first stays open with its kernel
+    item = _wait("zz_kernel_b.ipynb in the file browser", lambda: next(
+        (e for e in browser.find_elements(By.CSS_SELECTOR, ".jp-DirListing-item") if "zz_kernel_b.ipynb" in e.text), None), 30)
+    from selenium.webdriver.common.action_chains import ActionChains
+    ActionChains(browser).double_click(item).perform()
+    _wait("two notebooks open", lambda: len(browser.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel")) == 2, 60)
+    _settle(browser)
+    run_all_from_menu(browser)
+    wait_until_run(browser, "zz_kernel_b.ipynb", 120)
+    b = _printed(browser)
+    sessions = _sessions(lab)
+    running = sorted((Path(s["path"]).name, s["kernel"]["name"]) for s in sessions)
+    assert running == [("zz_kernel_a.ipynb", KERNEL_NAME), ("zz_kernel_b.ipynb", KERNEL_NAME)], running
+    assert a["pid"] != b["pid"], (a, b)  # two kernels, two processes
+    for seen in (a, b):
+        assert seen["preallocate"] == "false", seen
+        assert Path(seen["python"]).parent == VENV_BIN, seen  # the Python `sgatlin kernel install` ran in
+    shut_down_kernels(lab)
+
+
+def test_a_page_whose_kernel_is_missing_names_it(lab, browser):
+    """Without the notebooks' kernel installed, JupyterLab starts no kernel in its place: it opens its "Select Kernel"
+    dialog, which offers the kernels it has and not the page's (JupyterLab 4 does not name a missing kernel there).
+    So what the user sees is that dialog without "Python (sgatlin_nb)" in it, and the README and the index say what it
+    means and name the command that installs the kernel: checked here against the dialog's own title."""
+    _, _, copy, _ = lab
+    kernels = copy.parent / "kernels" / "share" / "jupyter" / "kernels"  # where the fixture installed it
+    installed, away = kernels / KERNEL_NAME, kernels.parent / f"{KERNEL_NAME}.away"
+    _kernel_page(copy, "zz_kernel_missing.ipynb")
+    shut_down_kernels(lab)
+    installed.rename(away)  # as on a machine where `sgatlin kernel install` has not run
+    try:
+        base, token, _, _ = lab
+        browser.get(f"{base}/lab/tree/zz_kernel_missing.ipynb?token={token}&reset")
+        dialog = _wait("JupyterLab's kernel dialog", lambda: next(
+            (d for d in browser.find_elements(By.CSS_SELECTOR, ".jp-Dialog") if d.text.strip()), None), 120)
+        title = dialog.find_element(By.CSS_SELECTOR, ".jp-Dialog-header").text.strip()
+        offered = [o.text.strip() for o in dialog.find_elements(By.CSS_SELECTOR, "select option")]
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        (SHOTS / "zz_kernel_missing.png").write_bytes(browser.get_screenshot_as_png())
+        assert title == "Select Kernel" and offered and KERNEL_DISPLAY not in offered, (title, offered)
+        assert not [s for s in _sessions(lab) if s["path"].endswith("zz_kernel_missing.ipynb")], "a kernel started in its place"
+        dialog.find_element(By.CSS_SELECTOR, ".jp-Dialog-button.jp-mod-reject").click()  # No Kernel
+    finally:
+        away.rename(installed)
+    for doc in ("README.md", "nbs/index.ipynb"):
+        raw = (ROOT / doc).read_text()
+        if doc.endswith(".ipynb"): raw = "\n".join("".join(c["source"]) for c in json.loads(raw)["cells"])
+        text = " ".join(raw.split())
+        assert f'"{title}"' in text and KERNEL_DISPLAY in text and "sgatlin kernel install" in text, \
+            f"{doc} does not say what JupyterLab's {title!r} dialog without {KERNEL_DISPLAY!r} means and how to install it"
+
+
+def test_pages_served_through_the_labs_server_proxy(lab, browser, tmp_path):
+    """`sgatlin pages --serve 0` writes a small site, serves it on loopback and prints the address JupyterLab's server
+    proxy (jupyter-server-proxy) gives it; that address, fetched through the Lab in Chromium, shows the site's front
+    page, and a relative link on it leads to the next page through the proxy too."""
+    base, token, _, _ = lab
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JUPYTERHUB_SERVICE_PREFIX", None)
+    server = subprocess.Popen([str(VENV_BIN / "sgatlin"), "pages", "--out", str(tmp_path / "site"), "--per-layer", "1",
+                               "--contexts", "1", "--max-circuits", "0", "--quiet", "--serve", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        lines = []
+        def served():
+            line = server.stdout.readline()
+            if not line and server.poll() is not None: pytest.fail(f"sgatlin pages exited with {server.returncode}:\n{''.join(lines)}")
+            lines.append(line)
+            return re.search(r"through JupyterLab's server proxy .*: http://LAB-HOST:LAB-PORT(/proxy/(\d+)/)$", line.strip())
+        m = _wait("sgatlin pages to serve", served, 300, poll=0)
+        path, port = m[1], int(m[2])
+        assert f"at http://127.0.0.1:{port}/ (Ctrl-C stops)" in "".join(lines), lines
+        title = re.search(r"<title>([^<]+)</title>", (tmp_path / "site" / "index.html").read_text())[1]
+        browser.get(f"{base}{path}?token={token}")
+        _wait(f"the site's front page through {path}", lambda: browser.title == title, 30)
+        link = browser.find_element(By.CSS_SELECTOR, "a[href='layer1.html']")
+        link.click()
+        _wait("layer1.html through the proxy", lambda: browser.current_url.startswith(f"{base}{path}layer1.html")
+              and browser.find_elements(By.TAG_NAME, "h1"), 30)
+    finally:
+        server.terminate()
+        server.wait(30)
