@@ -1,6 +1,7 @@
 """`sgatlin export --hf` (nbs/08b_hf.ipynb, nbs/08c_hf_modeling.ipynb): for every feedforward kind and the ablations'
 options, the torch model transformers loads gives the JAX model's logits (1e-4, float32), the same gate indices at every
 position and layer, and the same greedy tokens; a reloaded export saves bit-identically; bad input is one line."""
+import functools
 import json
 
 import jax
@@ -194,3 +195,72 @@ def test_lm_eval_scores_the_export_as_it_scores_the_run(tmp_path, monkeypatch):
     for metric in ('acc,none', 'acc_norm,none'):
         assert results['sgatlin']['results']['sgatlin_hellaswag'][metric] == results['hf']['results']['sgatlin_hellaswag'][metric]
     print(f'lm_eval: largest per-item log-likelihood difference {largest:.1e}')
+
+
+def hf_streams(model, tokens_BxT, patch=None):
+    "Logits, each layer's gate output and residual stream (before, between and after attention and feedforward) of the torch model; `patch`: `(layer, position, (scores, indices))` written into that layer's gate output."
+    gates, streams, hooks = [], [], []
+    for l, block in enumerate(model.model.blocks):
+        hooks.append(block.register_forward_pre_hook(lambda m, args: streams.append(('pre', args[0]))))
+        hooks.append(block.ffw_norm.register_forward_pre_hook(lambda m, args: streams.append(('mid', args[0]))))
+        hooks.append(block.register_forward_hook(lambda m, args, out: streams.append(('post', out))))
+        if hasattr(block.ffw, 'gate'):
+            def gate_hook(m, args, out, l=l):
+                if patch is not None and patch[0] == l:
+                    out = tuple(o.clone() for o in out)
+                    for o, p in zip(out, patch[2]): o[:, patch[1]] = p[:, patch[1]]
+                gates.append(out)
+                return out
+            hooks.append(block.ffw.gate.register_forward_hook(gate_hook))
+    with torch.no_grad(): logits = model(tokens_BxT).logits
+    for h in hooks: h.remove()
+    return logits, gates, streams
+
+
+@pytest.mark.parametrize('name', ['reference', 'moe', 'swiglu'])
+def test_transformer_lens_bridge(name, tokenizer_file, tmp_path):
+    "TransformerLens's bridge, with the adapter of sgatlin_nb's entry point: the transformers model's logits (1e-5), its gates at every layer and position as hook points, its residual streams, and a gate patched through a hook as a torch hook patches it."
+    from transformer_lens.factories.architecture_adapter_factory import ArchitectureAdapterFactory
+    if name == 'reference': folder = hf.export_hf(REFERENCE_DIR, tmp_path / 'hf')
+    else:
+        cfg = ModelConfig(vocab_size=V, d_model=D, n_layers=2, seq_len=T, ffw=VARIANTS[name], head_dim=32)
+        params = nnx.state(Transformer(cfg, rngs=nnx.Rngs(1)), nnx.Param)
+        folder = hf.write_hf(tmp_path / 'hf', cfg, params, tokenizer_file, step=0, source='test')
+    bridge = hf.boot_lens(folder)
+    assert ArchitectureAdapterFactory._adapters['SgatlinForCausalLM'] is hf.SgatlinAdapter  # loaded through the entry point
+    assert type(bridge.adapter) is hf.SgatlinAdapter
+    model = load(folder)
+    tokens, other = (torch.tensor(np.asarray(jax.random.randint(jax.random.key(s), (2, T), 0, V)), dtype=torch.long) for s in (3, 4))
+    logits, gates, streams = hf_streams(model, tokens)
+    with torch.no_grad(): lens_logits, cache = bridge.run_with_cache(tokens)
+    largest = float((lens_logits - logits).abs().max())
+    assert largest <= 1e-5, largest
+    n_layers = len(model.model.blocks)
+    for l in range(n_layers):
+        for where in ('pre', 'mid', 'post'):  # the residual stream's hooks read the tensors the modules they name read
+            want = [x for k, x in streams if k == where][l]
+            torch.testing.assert_close(cache[f'blocks.{l}.hook_resid_{where}'], want, atol=0, rtol=0)
+    gate_hooks = sorted(k for k in bridge.hook_dict if '.gate.' in k)
+    if name == 'swiglu':
+        assert gates == [] and gate_hooks == []
+        return
+    assert gate_hooks == sorted(f'blocks.{l}.mlp.gate.hook_{h}' for l in range(n_layers) for h in ('in', 'out', 'scores', 'indices'))
+    for l, (scores, indices) in enumerate(gates):
+        np.testing.assert_array_equal(cache[f'blocks.{l}.mlp.gate.hook_indices'].numpy(), indices.numpy())
+        np.testing.assert_array_equal(cache[f'blocks.{l}.mlp.gate.hook_scores'].numpy(), scores.numpy())
+    # one layer's gates at one position replaced by those of other tokens: through TransformerLens's hooks and through torch's
+    layer, position = n_layers - 1, T // 2
+    _, other_gates, _ = hf_streams(model, other)
+    want, _, _ = hf_streams(model, tokens, patch=(layer, position, other_gates[layer]))
+    def put(value, hook, source):
+        value = value.clone()
+        value[:, position] = source[:, position]
+        return value
+    at = f'blocks.{layer}.mlp.gate'
+    with torch.no_grad(): got = bridge.run_with_hooks(tokens, fwd_hooks=[(f'{at}.hook_scores', functools.partial(put, source=other_gates[layer][0])),
+                                                                          (f'{at}.hook_indices', functools.partial(put, source=other_gates[layer][1]))])
+    moved = float((want - logits).abs().max())
+    assert moved > 1e-3 and float((want - logits)[:, :position].abs().max()) == 0, moved  # the patch moves later positions only
+    assert float((got - want).abs().max()) <= 1e-5, float((got - want).abs().max())
+    print(f'TransformerLens {name}: logits within {largest:.1e} of transformers; patch moves logits by {moved:.2f}, '
+          f'TransformerLens patch within {float((got - want).abs().max()):.1e} of the torch hook patch')
