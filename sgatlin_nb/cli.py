@@ -544,7 +544,7 @@ def kernel(action: Annotated[str, "install: register this Python as the Jupyter 
                         prefix=where, env=dict(KERNEL_ENV)))
     spec = json.loads((path / 'kernel.json').read_text())
     print(f"installed kernel {path.name!r} ({spec['display_name']}) in {path}: {spec['argv'][0]} with "
-          + ', '.join(f'{k}={v}' for k, v in spec['env'].items()))
+          + (', '.join(f'{k}={v}' for k, v in spec.get('env', {}).items()) or 'no environment of its own'))
     from jupyter_core.paths import jupyter_path
     if not any(Path(p).resolve() == path.parent.resolve() for p in jupyter_path('kernels')):
         print(f"Jupyter does not look in {path.parent} yet: set JUPYTER_PATH={path.parent.parent} where Jupyter runs")
