@@ -116,19 +116,24 @@ LEAN_FLAGS = {'export', 'exporti', 'exports', 'hide', 'slow', 'gpu'}  # the cell
 
 def lean_notebook(notebook: str | Path, dest: str | Path) -> Path:
     """Write to `dest` the part of `notebook` an array task needs: its code (cells flagged `#| export`, `#| exporti`,
-    `#| exports` or `#| hide`), its visible cells of imports only (a page's opening a reader copies), its `parameters`
-    cell, and its heavy cells (`#| slow`, `#| gpu`: the ones nbdev-test skips, which the parameters switch on). The
-    documentation cells are left out."""
+    `#| exports` or `#| hide`), its visible cells of definitions only (imports, functions, classes and UPPER_CASE
+    constants: a page's opening a reader copies, the helpers its heavy cells call), its `parameters` cell, and its
+    heavy cells (`#| slow`, `#| gpu`: the ones nbdev-test skips, which the parameters switch on). The documentation
+    cells are left out."""
     nb = nbformat.read(notebook, as_version=4)
-    def imports_only(source: str) -> bool:
+    def constant(s) -> bool:
+        targets = s.targets if isinstance(s, ast.Assign) else [s.target] if isinstance(s, ast.AnnAssign) else []
+        return bool(targets) and all(isinstance(t, ast.Name) and t.id.isupper() for t in targets)
+    def definitions_only(source: str) -> bool:
         try: body = ast.parse(source).body
-        except SyntaxError: return False  # a cell magic (%%...) or shell line: not an import cell
-        return bool(body) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
+        except SyntaxError: return False  # a cell magic (%%...) or shell line: not a definition cell
+        return bool(body) and all(isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)) or constant(s)
+                                  for s in body)
     def keep(cell) -> bool:
         if cell.cell_type != 'code': return False
         flags = {line[2:].strip().split(':')[0].split()[0] for line in cell.source.splitlines()
                  if line.startswith('#|') and line[2:].strip()}
-        return 'parameters' in cell.metadata.get('tags', []) or bool(flags & LEAN_FLAGS) or imports_only(cell.source)
+        return 'parameters' in cell.metadata.get('tags', []) or bool(flags & LEAN_FLAGS) or definitions_only(cell.source)
     nb.cells = [c for c in nb.cells if keep(c)]
     if not any('parameters' in c.metadata.get('tags', []) for c in nb.cells):
         raise ValueError(f"{notebook} has no cell tagged 'parameters': papermill could not set its parameters")

@@ -31,14 +31,18 @@ def page_line(page: str) -> str:
     return ast.literal_eval(src[len("PAPER_LINE = "):src.index("\nprint(")])
 
 
-LINES = {  # page: its paper line with the miniature switch
-    "06_train": page_line("06_train.ipynb") + " -p miniature=True",
+# Each page's paper line with the miniature switch. nbdev-test runs every page whole, so here each task runs the page's
+# lean copy (`--lean-tasks all`: its code, imports, parameters and heavy cells), except 07's first task, which runs the
+# whole page as the paper line asks, so that the lean copies of the other tasks are checked against it.
+LEAN = " --lean-tasks all"
+LINES = {
+    "06_train": page_line("06_train.ipynb") + " -p miniature=True" + LEAN,
     "07_scaling": paper_line(miniature=True),
-    "08_ablations": page_line("08_ablations.ipynb") + " -p miniature=True",
-    "08a_tasks": page_line("08a_tasks.ipynb") + " -p miniature=True",
-    "13_intervention": page_line("13_intervention.ipynb") + " -p miniature=True",
-    "14_usage": page_line("14_usage.ipynb") + " -p miniature=True",
-    "92_gpu": SUBMIT_LINE + " -p miniature=True",
+    "08_ablations": page_line("08_ablations.ipynb") + " -p miniature=True" + LEAN,
+    "08a_tasks": page_line("08a_tasks.ipynb") + " -p miniature=True" + LEAN,
+    "13_intervention": page_line("13_intervention.ipynb") + " -p miniature=True" + LEAN,
+    "14_usage": page_line("14_usage.ipynb") + " -p miniature=True" + LEAN,
+    "92_gpu": SUBMIT_LINE + " -p miniature=True" + LEAN,
 }
 
 
@@ -288,3 +292,15 @@ def test_92_timing_table(miniature_runs):
     out = executed(miniature_runs["92_gpu"])
     check_92(out)
     broken(check_92, re.sub(r"(step time sgatlin / SwiGLU at equal FLOPs: )(\d+\.\d+)", lambda m: m[1] + f"{float(m[2]) * 2:.2f}", out))
+
+
+def test_the_lean_pages_ran_lean(miniature_runs):
+    "The pages submitted with `--lean-tasks all` ran their lean copy in task 0: fewer cells, no documentation."
+    for page, line in LINES.items():
+        nb = nbformat.read(miniature_runs[page] / "0" / "executed-0.ipynb", as_version=4)
+        nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]  # papermill's own
+        whole = nbformat.read(NBS / f"{page}.ipynb", as_version=4)
+        if LEAN in line:
+            assert all(c.cell_type == "code" for c in nb.cells) and len(nb.cells) < len(whole.cells) / 2, (page, len(nb.cells))
+        else:
+            assert len(nb.cells) == len(whole.cells), page
