@@ -4,10 +4,11 @@
 
 # %% auto #0
 __all__ = ['FORMAT', 'STAGES', 'SENTENCE', 'FOCUS', 'PROMPTS', 'OUTPUTS', 'PAIR_MIN_COUNT', 'POOL_MAX', 'COPULA_ADJ', 'THE_NOUN',
-           'PRONOUNS', 'WORD', 'TEMPLATES', 'demo_settings', 'demo_corpora', 'save_state', 'open_demo', 'stage_done',
-           'stage_train', 'stage_record', 'stage_embedding', 'stage_neighbours', 'stage_patching', 'stage_usage',
-           'cooccurrence_pairs', 'demo_pairs', 'shuffled_known', 'chance_reading', 'loss_chart', 'report_template',
-           'png_image', 'table_rows', 'context_parts', 'render_report', 'stage_report', 'status_line', 'run_demo']
+           'PRONOUNS', 'WORD', 'CHANCE_BANDS', 'TEMPLATES', 'demo_settings', 'demo_corpora', 'save_state', 'open_demo',
+           'stage_done', 'stage_train', 'stage_record', 'stage_embedding', 'stage_neighbours', 'stage_patching',
+           'stage_usage', 'cooccurrence_pairs', 'demo_pairs', 'shuffled_known', 'chance_band', 'chance_reading',
+           'loss_chart', 'report_template', 'png_image', 'table_rows', 'context_parts', 'render_report', 'stage_report',
+           'status_line', 'run_demo']
 
 # %% ../nbs/16_demo.ipynb #5596ab97
 import base64
@@ -224,11 +225,23 @@ def shuffled_known(run: str | Path, pairs: list[KnowledgePair], shifts: int = 5)
         known.append(int((known_pairs(d) & (d.patch != d.clean)).sum()))
     return float(np.mean(known))
 
+CHANCE_BANDS = (  # (least share of the known pairs the shuffled control finds, how many, what that says of the known pairs)
+    (1.0, "as many or more", "at this size the known pairs are chance agreement, not learned facts"),
+    (0.75, "nearly as many", "most of the known pairs may be chance agreement"),
+    (0.5, "over half as many", "many of the known pairs may be chance agreement"),
+    (0.25, "fewer than half as many", "most of the known pairs are facts the model learned"),
+    (0.0, "far fewer", "the known pairs are facts the model learned, few of them chance agreement"))
+
+def chance_band(known_shuffled: float, known: int) -> str:
+    "How many known pairs the shuffled-pool control finds against the stories' own, in words: a band of `CHANCE_BANDS`."
+    share = known_shuffled / known if known > 0 else float('inf')
+    return next(b for least, b, _ in CHANCE_BANDS if share >= least)
+
 def chance_reading(known_shuffled: float, known: int) -> str:
-    "What the shuffled-pool control says of the known pairs: chance agreement when wrong adjectives are 'known' at least half as often."
-    if known_shuffled >= known: return "as many or more, so at this size the known pairs are chance agreement, not learned facts"
-    if known_shuffled >= 0.5 * known: return "over half as many, so many of the known pairs may be chance agreement"
-    return "fewer, so most of the known pairs are facts the model learned"
+    "What the shuffled-pool control says of the known pairs, with the share it reads: chance agreement as it nears the known count."
+    band = chance_band(known_shuffled, known)
+    share = f" ({known_shuffled / known:.0%} of them)" if known > 0 else ""
+    return f"{band}{share}, so " + next(says for _, b, says in CHANCE_BANDS if b == band)
 
 # %% ../nbs/16_demo.ipynb #8c6a6e8e
 def loss_chart(run: str | Path, unigram_loss: float | None = None) -> alt.LayerChart:
