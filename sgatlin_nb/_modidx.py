@@ -206,7 +206,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'sgatlin_nb.data.unigram_cross_entropy': ('data.html#unigram_cross_entropy', 'sgatlin_nb/data.py')},
             'sgatlin_nb.demo': { 'sgatlin_nb.demo._what': ('demo.html#_what', 'sgatlin_nb/demo.py'),
                                  'sgatlin_nb.demo.chance_band': ('demo.html#chance_band', 'sgatlin_nb/demo.py'),
-                                 'sgatlin_nb.demo.chance_band': ('demo.html#chance_band', 'sgatlin_nb/demo.py'),
                                  'sgatlin_nb.demo.chance_reading': ('demo.html#chance_reading', 'sgatlin_nb/demo.py'),
                                  'sgatlin_nb.demo.context_parts': ('demo.html#context_parts', 'sgatlin_nb/demo.py'),
                                  'sgatlin_nb.demo.cooccurrence_pairs': ('demo.html#cooccurrence_pairs', 'sgatlin_nb/demo.py'),
