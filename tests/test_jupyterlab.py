@@ -293,6 +293,9 @@ def test_page_runs_from_the_menu(rel, lab, browser):
     run_all_from_menu(browser)
     wait_until_run(browser, rel, 900)
     check_page(browser, rel, *PAGES[rel])
+    # in the kernel the page names (the notebooks' own, `sgatlin kernel install`), not one picked in its place
+    wanted = json.loads((ROOT / "nbs" / rel).read_text())["metadata"]["kernelspec"]["name"]
+    assert wanted == KERNEL_NAME and [s["kernel"]["name"] for s in _sessions(lab)] == [wanted], _sessions(lab)
 
 
 def test_parameters_edited_in_the_browser_take_the_miniature_path(lab, browser):
