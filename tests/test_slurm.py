@@ -219,7 +219,16 @@ def test_submit_wait_reports_a_failed_task_and_a_second_submit_skips_the_done_on
 STEPS = 60
 
 
-def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, slurm, data_dir):
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, data_dir):
+    "The losses both requeue tests compare with: one process training the same STEPS steps, trained once."
+    out = tmp_path_factory.mktemp("one") / "run"
+    ref = run_sgatlin(["train", "--config", "test-tiny", "--steps", str(STEPS), "--quiet", "--out", str(out)], data_dir)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    return out
+
+
+def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, slurm, data_dir, one_process):
     "Two Slurm tasks train; `scontrol requeue` stops them (a checkpoint on SIGTERM) and Slurm runs the job again, which resumes."
     train = ["train", "--config", "test-tiny", "--steps", str(STEPS), "--quiet"]
     out = tmp_path / "two"
@@ -263,11 +272,9 @@ def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, 
     print(f"requeued at step {at}, stopped at {stopped[0]}, {time.time() - t_requeue:.0f} s from requeue to the end")
 
     # the losses of one process running the same command, every step logged once
-    ref = run_sgatlin(train + ["--out", str(tmp_path / "one"), "--resume"], data_dir)
-    assert ref.returncode == 0, ref.stderr[-2000:]
     recs, loss, evals = _metrics(out)
     assert sorted(loss) == list(range(1, STEPS + 1)) and len(recs) == len(loss) + len(evals), recs
-    print(f"requeued two-task run vs one process: max |loss difference| {_close(loss, _metrics(tmp_path / 'one')[1]):.2e}")
+    print(f"requeued two-task run vs one process: max |loss difference| {_close(loss, _metrics(one_process)[1]):.2e}")
 
 
 def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slurm, data_dir):
@@ -304,13 +311,13 @@ def _kernel_of(job: str, procid: int) -> int | None:
     return None
 
 
-def test_a_stalled_process_ends_the_job_which_requeues_and_resumes(tmp_path, slurm, data_dir, monkeypatch):
+def test_a_stalled_process_ends_the_job_which_requeues_and_resumes(tmp_path, slurm, data_dir, monkeypatch, one_process):
     """Two tasks train through the package's batch script; one is stopped with SIGSTOP (alive, making no progress). The
     other's watchdog ends its process within the watchdog's limit, srun ends the job's step, the script requeues the
     job, and the second run resumes from the last checkpoint to the losses of one process running the same command."""
     watchdog_s = 20
     out = tmp_path / "two"
-    cells = [nbformat.v4.new_code_cell("steps = 60"),
+    cells = [nbformat.v4.new_code_cell(f"steps = {STEPS}"),
              nbformat.v4.new_code_cell("import dataclasses\nfrom sgatlin_nb.configs import PRESETS\nfrom sgatlin_nb.train import train\n"
                                        f"summary = train(dataclasses.replace(PRESETS['test-tiny'], steps=steps), 'tinystories', {str(out)!r}, "
                                        "resume=True, progress=False)")]
@@ -347,8 +354,6 @@ def test_a_stalled_process_ends_the_job_which_requeues_and_resumes(tmp_path, slu
     assert f"a process stopped making progress: requeueing job {job}" in log, log[-3000:]
     assert [r["state"] for r in rows] == ["COMPLETED"] and _job_field(job, "Restarts") == ["1"], (rows, log[-3000:])
     print(f"stopped task 1 at step {at}; the job's step ended {ended:.0f} s later (watchdog {watchdog_s} s), requeued, completed")
-    ref = run_sgatlin(["train", "--config", "test-tiny", "--steps", "60", "--quiet", "--out", str(tmp_path / "one")], data_dir)
-    assert ref.returncode == 0, ref.stderr[-2000:]
     recs, loss, evals = _metrics(out)
-    assert sorted(loss) == list(range(1, 61)) and len(recs) == len(loss) + len(evals), recs
-    print(f"stalled, requeued two-task run vs one process: max |loss difference| {_close(loss, _metrics(tmp_path / 'one')[1]):.2e}")
+    assert sorted(loss) == list(range(1, STEPS + 1)) and len(recs) == len(loss) + len(evals), recs
+    print(f"stalled, requeued two-task run vs one process: max |loss difference| {_close(loss, _metrics(one_process)[1]):.2e}")
