@@ -253,7 +253,8 @@ def coactivation_chart(co: Coactivation, title: str = 'coactivation probability'
     "Heatmap of the paper's coactivation matrix (`partner_probability`; diagonal left blank)."
     M = len(co.neurons)
     i, j = np.meshgrid(np.arange(M), np.arange(M), indexing='ij')
-    df = pd.DataFrame({'i': co.neurons[i.reshape(-1)], 'j': co.neurons[j.reshape(-1)], 'p': partner_probability(co).reshape(-1)})
+    p = partner_probability(co).reshape(-1).round(4)  # 4 decimals: the colour needs no more, and the page carries every cell
+    df = pd.DataFrame({'i': co.neurons[i.reshape(-1)], 'j': co.neurons[j.reshape(-1)], 'p': p})
     df = df[df.i != df.j]
     return alt.Chart(alt.Data(values=df.to_dict('records')), title=title).mark_rect().encode(
         x=alt.X('j:O', title='neuron', axis=alt.Axis(values=list(co.neurons[::16]))),
