@@ -666,11 +666,7 @@ def _shown_output_text(out) -> str:
 
 # Pages that still print floats past their precision, outside this check's author's pages (page: what it prints):
 # findings for the page's owner; delete the entry once fixed.
-KNOWN_LONG_FLOATS = {
-    "03_complexity.ipynb": "counts as floats at pandas' precision: `131072.0 1.331200e+05`",
-    "07_scaling.ipynb": "budget column headers `1.000000e+17 6.000000e+17 1.000000e+18`",
-    "90_cli.ipynb": "raw JSON of 16-digit floats: `\"unigram_loss\": 6.001460483226029, \"unigram_ppl\": 404.0184249471451`",
-}
+KNOWN_LONG_FLOATS: dict[str, str] = {}  # none left: 03, 07 and 90 were fixed
 
 
 def long_floats(nb) -> list[str]:
