@@ -256,7 +256,9 @@ def coactivation_chart(co: Coactivation, title: str = 'coactivation probability'
     p = partner_probability(co).reshape(-1).round(4)  # 4 decimals: the colour needs no more, and the page carries every cell
     df = pd.DataFrame({'i': co.neurons[i.reshape(-1)], 'j': co.neurons[j.reshape(-1)], 'p': p})
     df = df[df.i != df.j]
-    return alt.Chart(alt.Data(values=df.to_dict('records')), title=title).mark_rect().encode(
+    # inline CSV rather than one record per cell: the same chart, drawn the same, at a fifth of the page's weight
+    data = alt.Data(values=df.to_csv(index=False), format=alt.DataFormat(type='csv', parse={c: 'number' for c in df}))
+    return alt.Chart(data, title=title).mark_rect().encode(
         x=alt.X('j:O', title='neuron', axis=alt.Axis(values=list(co.neurons[::16]))),
         y=alt.Y('i:O', title='neuron', axis=alt.Axis(values=list(co.neurons[::16]))),
         color=alt.Color('p:Q', scale=alt.Scale(scheme='viridis', type='sqrt'), title='coactivation'),
