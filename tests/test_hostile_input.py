@@ -523,8 +523,8 @@ def test_an_out_that_is_the_current_folder_is_one_line(tmp_path, capsys, monkeyp
 
 def test_a_notebook_without_a_kernelspec_is_submitted(tmp_path, capsys):
     """A notebook that names no kernel stopped `submit` at papermill's "No kernel name found in notebook and no override
-    provided": its job runs it with the python3 kernel anyway, so it is read that way (and the job says so, with the
-    language papermill then needs too). A file that is no notebook is one line naming it."""
+    provided": its job runs it with a kernel named anyway (the package's `sgatlin_nb` where installed, else python3,
+    `papermill_kernel`), so it is read that way (with the language papermill then needs too). A file that is no notebook is one line naming it."""
     import nbformat
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["parameters"]}), nbformat.v4.new_code_cell("print(x)")]
@@ -533,7 +533,7 @@ def test_a_notebook_without_a_kernelspec_is_submitted(tmp_path, capsys):
     assert "kernelspec" not in json.loads(path.read_text())["metadata"]
     argv = ["submit", str(path), "--dry-run", "--out", str(tmp_path / "slurm")]
     assert main(argv + ["-p", "x=2"]) == 0
-    assert "--kernel python3 --language python " in capsys.readouterr().out
+    assert '--kernel "$SGATLIN_KERNEL" --language python ' in capsys.readouterr().out  # the job's kernel: sgatlin_nb, else python3
     _refused(capsys, argv + ["-p", "y=2"], "bare.ipynb has no parameter y; its parameters are x")
     (tmp_path / "cut.ipynb").write_text('{"cells": [')
     _refused(capsys, ["submit", str(tmp_path / "cut.ipynb"), "--dry-run"], f"{tmp_path / 'cut.ipynb'} cannot be read as a notebook")

@@ -1,6 +1,7 @@
 "A run stopped mid-training (SIGKILL, Slurm's SIGTERM, or `stop_at`) and resumed continues with exactly the losses of an uninterrupted run."
 import dataclasses
 import json
+import re
 import os
 import shutil
 import signal
@@ -260,8 +261,13 @@ def test_mirrored_run_killed_then_resumed_on_an_empty_node(tmp_path, data_dir, r
     node2 = tmp_path / "node2" / "run"
     res = run_sgatlin(COMMON + ["--out", str(node2), "--resume", "--mirror", url], data_dir, extra_env=gcs)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert f"checkpoint {held[-1]} fetched from the mirror {url}" in res.stderr, res.stderr[-2000:]
-    assert json.loads(res.stdout[: res.stdout.index("\nsample:")])["start_step"] == held[-1]
+    # the newest checkpoint comes back, unless the kill cut its push short: then its checksums refuse it (a file shorter
+    # than written) and the one before it comes back (seen once in CI under load: 30 damaged, 20 fetched)
+    cut = re.search(rf"checkpoint (\d+) of the mirror {re.escape(url)} is damaged .*; trying the one before it", res.stderr)
+    want = held[-1] if cut is None else held[-2]
+    assert cut is None or int(cut[1]) == held[-1], res.stderr[-2000:]
+    assert f"checkpoint {want} fetched from the mirror {url}" in res.stderr, res.stderr[-2000:]
+    assert json.loads(res.stdout[: res.stdout.index("\nsample:")])["start_step"] == want
     _matches_reference(node2, reference)
     assert _mirror_steps(url, gcs) == _saved(node2)  # the mirror keeps what the run keeps, the last step included
 
