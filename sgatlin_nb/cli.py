@@ -427,7 +427,7 @@ def _port(port: int | None) -> int | None:
     return port
 
 def proxy_url(port: int, page: str = '') -> str:
-    """Where JupyterLab's server proxy (jupyter-server-proxy, the `lab` extra) shows a server on this machine's `port`:
+    """Where JupyterLab's server proxy (jupyter-server-proxy, the `lab` extra) shows a server listening on `port` of the host that runs the Lab:
     `JUPYTERHUB_SERVICE_PREFIX` + `proxy/PORT/` under a JupyterHub (it sets that variable in the user's server), else
     `/proxy/PORT/` after the Lab's own address."""
     prefix = os.environ.get('JUPYTERHUB_SERVICE_PREFIX')
