@@ -15,13 +15,11 @@ import os
 from pathlib import Path
 
 from sgatlin_nb.reference import reference_stories, write_stories
-from sgatlin_nb.scaling import (CPU_PROTOCOL, CPU_RECIPE, LADDER_KINDS, Point, read_results, run_sweep)
-import dataclasses
+from sgatlin_nb.scaling import (CPU_PROTOCOL, LADDER_KINDS, REPETITION_CORPUS, REPETITION_PROTOCOL, Point, read_results,
+                                run_sweep)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = 'tinystories'
-REPETITION_CORPUS = 'tinystories-5313.txt'  # 07's name for the repetition control's corpus
-REPETITION_PROTOCOL = dataclasses.replace(CPU_PROTOCOL, recipe=dataclasses.replace(CPU_RECIPE, heldout='tinystories-valid'))
 HALFRUNG_BUDGETS, LOWREP_BUDGETS, LOWREP_KINDS = (1.6e12, 3.2e12), (3.2e12, 6.4e12), ('mlp', 'sgatlin', 'moe')
 
 

@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDER', 'PAPER_RECIPE', 'CPU_RECIPE',
            'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
-           'NOISE_SETTINGS', 'rung', 'Ladder', 'ladder_table', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol',
-           'same_protocol', 'paper_protocol', 'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer',
-           'run_point', 'read_results', 'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame',
-           'best_points', 'isoflop_chart', 'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance',
-           'frontier', 'interpolate_optimum', 'fit_frontier', 'fits_cross', 'bootstrap_crossover', 'seed_crossovers',
-           'rank_optima', 'frontier_chart', 'sweep_flops']
+           'NOISE_SETTINGS', 'REPETITION_CORPUS', 'REPETITION_PROTOCOL', 'rung', 'Ladder', 'ladder_table',
+           'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol', 'paper_protocol', 'paper_points',
+           'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point', 'read_results', 'record_point', 'stale_runs',
+           'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart', 'sparsity_chart',
+           'retrain_run', 'rerun_noise', 'noise_tolerance', 'frontier', 'interpolate_optimum', 'fit_frontier',
+           'fits_cross', 'bootstrap_crossover', 'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -589,6 +589,12 @@ def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerCh
         layers.append(alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(x='budget:Q', y='ppl:Q', color=kinds))
     return alt.layer(*layers).properties(width=420, height=280, title='Compute-optimal frontier (TinyStories, CPU ladder)')
 
+
+# %% ../nbs/07_scaling.ipynb #ext36r0
+# the repetition control: the reference model's 2.2x larger story set, written by `write_stories` next to the run
+# folders, held out against TinyStories' validation split (also read by scripts/sweep_lowrep.py)
+REPETITION_CORPUS = 'tinystories-5313.txt'
+REPETITION_PROTOCOL = dataclasses.replace(CPU_PROTOCOL, recipe=dataclasses.replace(CPU_RECIPE, heldout='tinystories-valid'))
 
 # %% ../nbs/07_scaling.ipynb #8c87847d
 def sweep_flops(points, protocol_of: Callable) -> float:
