@@ -217,6 +217,11 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         *([f"# {'Every task runs' if lean_first else 'Tasks after the first run'} {lean.name}: its code, parameters and "
            f"heavy cells, no documentation cells."] if lean != nb else []),
         'set -euo pipefail',
+        '# near the time limit Slurm sends USR1 here: requeue this task. Slurm then stops it with SIGTERM (training saves',
+        '# a checkpoint) and starts it again later in the same folder. The traps come first: a warning that arrives while',
+        "# the environment is set up (a slow module load or conda activation) must requeue too, not end the script",
+        'trap \'echo "time limit near: requeueing job $SLURM_JOB_ID" >&2; scontrol requeue "$SLURM_JOB_ID" || true\' USR1',
+        'trap \'echo "stopped before the notebook started" >&2; exit 143\' TERM',
         'TASK=${SLURM_ARRAY_TASK_ID:-0}',
         f'RUN_DIR={shlex.quote(str(run_dir))}',  # quoted once: the path is data, never shell code
         'TASK_DIR="$RUN_DIR/$TASK"',
@@ -233,9 +238,7 @@ def sbatch_script(notebook: str | Path, tasks: list[dict], *, run_dir: str | Pat
         'mkdir -p "$IPYTHONDIR/profile_default/startup"',
         "printf 'from sgatlin_nb.distributed import init_distributed\\ninit_distributed()\\n' "
         '> "$IPYTHONDIR/profile_default/startup/00-jax-distributed.py"',
-        '# near the time limit Slurm sends USR1 here: requeue this task. Slurm then stops it with SIGTERM (training saves',
-        '# a checkpoint) and starts it again later in the same folder. On SIGTERM, wait for the processes to finish.',
-        'trap \'echo "time limit near: requeueing job $SLURM_JOB_ID" >&2; scontrol requeue "$SLURM_JOB_ID" || true\' USR1',
+        '# from here on SIGTERM waits for the processes to save and finish',
         'trap \'echo "stopping: waiting for the processes to save and exit" >&2\' TERM',
         '# a process whose run stops advancing (a hung peer, a stuck filesystem) is ended by its watchdog (06c), which',
         '# writes this file: the job is then requeued, and resumes from its last checkpoint',

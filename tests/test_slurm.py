@@ -278,7 +278,10 @@ def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, 
 
 
 def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slurm, data_dir):
-    "The package's batch script: Slurm's USR1 before the limit requeues the task, which runs again in its folder."
+    """The package's batch script: Slurm's USR1 before the limit requeues the task, which runs again in its folder. The
+    first run's environment setup takes 30 s (a module load or conda activation can, on a cluster) and Slurm warns
+    between 10 s and about 40 s into the run, so the warning may come while the script still sets up; it must requeue
+    then too. (A script whose traps came after the setup ended with USR1's default action there: FAILED.)"""
     cells = [nbformat.v4.new_code_cell("first_run_s = 120"),
              nbformat.v4.new_code_cell("import os, time\nif os.environ.get('SLURM_RESTART_COUNT', '0') == '0': time.sleep(first_run_s)")]
     cells[0].metadata["tags"] = ["parameters"]
@@ -287,8 +290,10 @@ def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slur
     run_dir = tmp_path / "run"
     lines = []
     t0 = time.time()
+    activate = Path(sys.prefix) / "bin" / "activate"
+    setup = f'[ "${{SLURM_RESTART_COUNT:-0}}" != 0 ] || sleep 30; source {shlex.quote(str(activate))}'
     job = submit(str(tmp_path / "slow.ipynb"), gpus_per_node=0, cpus_per_task=1, time="00:01:00", signal_s=50,
-                 run_dir=str(run_dir), log=lines.append)
+                 run_dir=str(run_dir), setup=setup, log=lines.append)
     delays = slurm_delays()  # the time limit, the cluster's requeue delay and scheduler passes, then a second short run
     rows = wait_run(run_dir, poll_s=1, timeout_s=60 + delays["requeue_s"] + 2 * delays["sched_s"] + 150, log=lines.append)
     log = (run_dir / "0" / f"slurm-{job}.log").read_text()
