@@ -543,8 +543,6 @@ TEST_ONLY_NAMES = frozenset({"test_eq", "test_ne", "test_close", "test_fail", "t
 # Pages whose visible cells still read names bound only in a hidden cell (page: names). Only pages outside this
 # check's author's pages; each entry is a finding for the page's owner to fix (make the import visible), then delete.
 KNOWN_HIDDEN_NAMES = {
-    "01a_kernels.ipynb": {"SparselyGatedLinear", "nnx", "reference_gated_neurons", "np", "optax", "subprocess", "PEER",
-                          "Gates", "product_top_k", "time"},
     "02_baselines.ipynb": {"param_shapes", "np", "use_kernels", "time", "pd"},
     "03_complexity.ipynb": {"nnx", "make_ffw", "np", "jnp", "pd", "MoE", "gating", "_block_rows", "Markdown", "alt",
                             "Path", "save_chart", "tempfile"},
