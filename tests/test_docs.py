@@ -551,7 +551,6 @@ KNOWN_HIDDEN_NAMES = {
     "06a_runs.ipynb": {"pickle", "PRESETS", "train", "evaluate", "eval_batches", "init_state", "prepare_data",
                        "make_eval_step", "state_shardings", "make_mesh", "np", "generate", "safetensors", "ml_dtypes",
                        "pd", "alt"},
-    "06b_configs.ipynb": {"make_config", "config_yaml", "json", "tempfile", "nnx", "Transformer", "jax"},
     "06c_distributed.ipynb": {"subprocess", "tempfile", "mock"},
     "09_reference.ipynb": {"exported", "pd", "alt"},
     "10_record.ipynb": {"duckdb", "time"},
