@@ -553,7 +553,6 @@ KNOWN_HIDDEN_NAMES = {
                        "pd", "alt"},
     "06c_distributed.ipynb": {"subprocess", "tempfile", "mock"},
     "09_reference.ipynb": {"exported", "pd", "alt"},
-    "10_record.ipynb": {"duckdb", "time"},
     "15_circuits.ipynb": {"load_run", "reference_run", "EOT", "np", "pd", "alt", "FFWConfig", "ModelConfig"},
     "90_cli.ipynb": {"tempfile", "main", "mock", "signal"},
     "91_slurm.ipynb": {"shown", "tempfile", "read_results", "paper_grid"},
