@@ -554,7 +554,6 @@ KNOWN_HIDDEN_NAMES = {
     "06c_distributed.ipynb": {"subprocess", "tempfile", "mock"},
     "09_reference.ipynb": {"exported", "pd", "alt"},
     "15_circuits.ipynb": {"load_run", "reference_run", "EOT", "np", "pd", "alt", "FFWConfig", "ModelConfig"},
-    "90_cli.ipynb": {"tempfile", "main", "mock", "signal"},
     "91_slurm.ipynb": {"shown", "tempfile", "read_results", "paper_grid"},
     "93_docs.ipynb": {"SparselyGatedLinear", "Gates", "Feedforward", "sgatlin_nb", "tempfile", "get_config"},
 }
