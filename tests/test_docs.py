@@ -554,7 +554,6 @@ KNOWN_HIDDEN_NAMES = {
     "06c_distributed.ipynb": {"subprocess", "tempfile", "mock"},
     "09_reference.ipynb": {"exported", "pd", "alt"},
     "15_circuits.ipynb": {"load_run", "reference_run", "EOT", "np", "pd", "alt", "FFWConfig", "ModelConfig"},
-    "93_docs.ipynb": {"SparselyGatedLinear", "Gates", "Feedforward", "sgatlin_nb", "tempfile", "get_config"},
 }
 _FLAG_LINE = re.compile(r"^#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
 
