@@ -543,8 +543,6 @@ TEST_ONLY_NAMES = frozenset({"test_eq", "test_ne", "test_close", "test_fail", "t
 # Pages whose visible cells still read names bound only in a hidden cell (page: names). Only pages outside this
 # check's author's pages; each entry is a finding for the page's owner to fix (make the import visible), then delete.
 KNOWN_HIDDEN_NAMES = {
-    "03_complexity.ipynb": {"nnx", "make_ffw", "np", "jnp", "pd", "MoE", "gating", "_block_rows", "Markdown", "alt",
-                            "Path", "save_chart", "tempfile"},
     "05_data.ipynb": {"load_tokenizer", "tokenize_corpus", "batch_at", "mock", "shutil", "time", "unicodedata",
                       "collections", "math"},
     "06a_runs.ipynb": {"pickle", "PRESETS", "train", "evaluate", "eval_batches", "init_state", "prepare_data",
