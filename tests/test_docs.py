@@ -543,7 +543,6 @@ TEST_ONLY_NAMES = frozenset({"test_eq", "test_ne", "test_close", "test_fail", "t
 # Pages whose visible cells still read names bound only in a hidden cell (page: names). Only pages outside this
 # check's author's pages; each entry is a finding for the page's owner to fix (make the import visible), then delete.
 KNOWN_HIDDEN_NAMES = {
-    "15_circuits.ipynb": {"load_run", "reference_run", "EOT", "np", "pd", "alt", "FFWConfig", "ModelConfig"},
 }
 _FLAG_LINE = re.compile(r"^#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
 
