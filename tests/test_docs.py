@@ -542,8 +542,7 @@ TEST_ONLY_NAMES = frozenset({"test_eq", "test_ne", "test_close", "test_fail", "t
                              "test_shuffled", "test_eq_type", "test_sig", "is_close", "show_doc"})
 # Pages whose visible cells still read names bound only in a hidden cell (page: names). Only pages outside this
 # check's author's pages; each entry is a finding for the page's owner to fix (make the import visible), then delete.
-KNOWN_HIDDEN_NAMES = {
-}
+KNOWN_HIDDEN_NAMES: dict[str, set[str]] = {}
 _FLAG_LINE = re.compile(r"^#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
 
 
