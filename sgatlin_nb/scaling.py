@@ -10,7 +10,8 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point', 'read_results', 'record_point', 'stale_runs',
            'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart', 'sparsity_chart',
            'retrain_run', 'rerun_noise', 'noise_tolerance', 'frontier', 'interpolate_optimum', 'fit_frontier',
-           'fits_cross', 'bootstrap_crossover', 'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
+           'fits_cross', 'split_tokens', 'newest_runs', 'fieller_crossover', 'paired_gaps', 'bootstrap_crossover',
+           'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -33,11 +34,12 @@ import altair as alt
 import jax
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from . import __version__
 from .baselines import FFWConfig
 from .complexity import ACCOUNTINGS, model_flops, tokens_for_budget, training_flops
-from .data import PAIRED, into_place, read_texts, train_tokenizer
+from .data import PAIRED, into_place, prepare_data, read_texts, train_tokenizer
 from .model import ModelConfig, config_params
 from .configs import config_yaml, make_config
 from .train import train
@@ -513,7 +515,70 @@ def fit_frontier(budgets, loss) -> tuple[float, float]:
 def fits_cross(f: tuple[float, float], g: tuple[float, float]) -> float:
     "The budget at which two `fit_frontier` power laws give the same loss (`inf` when they are parallel)."
     (a1, b1), (a2, b2) = f, g
-    return math.exp((a2 - a1) / (b1 - b2)) if b1 != b2 else math.inf
+    e = (a2 - a1) / (b1 - b2) if b1 != b2 else math.inf
+    return math.exp(e) if e < 700 else math.inf   # slopes a hair apart cross beyond any float: `inf`, not an overflow
+
+def split_tokens(protocol: Protocol, corpus: str) -> int:
+    """The tokens of `corpus`'s training split, tokenized as every run of `protocol` on it tokenizes it (a run trains its
+    tokenizer on the corpus alone, so one point stands for all): what an epoch is, to count how often a run repeats its data."""
+    out = Path(tempfile.mkdtemp())
+    try: return len(prepare_data(protocol.config(Point(corpus, 1e11, 'mlp', 1)), corpus, out, progress=False)[1])
+    finally: shutil.rmtree(out)
+
+def newest_runs(*frames: pd.DataFrame) -> pd.DataFrame:
+    """`results_frame` tables joined into one, a run of a later table replacing the run of the same key in an earlier
+    one: a point trained again (with today's code) counts once, as retrained."""
+    return pd.concat(frames, ignore_index=True).drop_duplicates('key', keep='last').reset_index(drop=True)
+
+def fieller_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0,
+                      level: float = 0.95) -> dict:
+    """Where `b`'s frontier meets `a`'s, read from a line through their log-loss ratio (seed means of `frontier` rows
+    from `min_budget` up) against log-budget, with Fieller's interval for the zero of that line: every budget at which
+    a t-test at `level` cannot tell the line's ratio from zero. It varies what the scatter of the budgets about the line
+    allows, the points fixed. Where the slope does not stand out of that scatter the interval is unbounded: `lo`, `hi`
+    are then 0 and `inf`. Returns `{'crossover', 'lo', 'hi', 'n', 'df', 'slope', 'slope_se'}`; the crossover equals
+    `fits_cross` of the two `fit_frontier` lines on the same budgets."""
+    fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget').loss for v in (a, b))
+    c = np.array(sorted(set(fa.index) & set(fb.index)))
+    if len(c) < 3: raise ValueError(f'{a} and {b} share {len(c)} budgets from {min_budget:g}: a line and its scatter need 3')
+    x, y = np.log(c), np.log(fb.loc[c].to_numpy()) - np.log(fa.loc[c].to_numpy())
+    n = len(x)
+    slope, icpt = np.polyfit(x, y, 1)
+    s2 = float(((y - icpt - slope * x) ** 2).sum() / (n - 2))
+    xm, sxx = x.mean(), float(((x - x.mean()) ** 2).sum())
+    t2 = stats.t.ppf(0.5 + level / 2, n - 2) ** 2
+    # the x where (icpt + slope·x)² <= t²·s²·(1/n + (x - xm)²/sxx), written A·x² + B·x + C <= 0
+    A = slope ** 2 - t2 * s2 / sxx
+    B = 2 * icpt * slope + 2 * t2 * s2 * xm / sxx
+    C = icpt ** 2 - t2 * s2 * (1 / n + xm ** 2 / sxx)
+    if A > 0:   # the zero itself passes the test, so the two roots exist and bound it
+        r = math.sqrt(B * B - 4 * A * C)
+        lo, hi = math.exp((-B - r) / (2 * A)), math.exp((-B + r) / (2 * A))
+    else: lo, hi = 0.0, math.inf
+    e = -icpt / slope if slope else math.inf
+    return {'crossover': math.exp(e) if e < 700 else math.inf, 'lo': lo, 'hi': hi, 'n': n, 'df': n - 2,
+            'slope': float(slope), 'slope_se': math.sqrt(s2 / sxx)}
+
+def paired_gaps(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0) -> pd.DataFrame:
+    """`b` against `a` at each budget from `min_budget`, each at its own optimum (`frontier` rows). A seed also fixes the
+    data order, so the two runs of one seed are a pair: `gaps` holds `b`'s perplexity relative to `a`'s seed by seed
+    (negative: `b` lower), `gap` the ratio of the seed means (each variant's over every seed it ran; the geometric mean of
+    `gaps` where both ran the same seeds), `t`, `df` and `p` a two-sided
+    paired t-test of the log ratios (NaN under two pairs), `sign_p` the two-sided sign test of how many pairs `b` is
+    lower in, and `lower` the variant whose mean is lower."""
+    fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget') for v in (a, b))
+    rows = []
+    for c in sorted(set(fa.index) & set(fb.index)):
+        ra, rb = fa.loc[c], fb.loc[c]
+        seeds = sorted(set(ra.seed_loss) & set(rb.seed_loss))
+        d = np.array([rb.seed_loss[s] - ra.seed_loss[s] for s in seeds])
+        t = stats.ttest_1samp(d, 0.0) if len(d) > 1 else None
+        rows.append(dict(budget=c, **{f'scale_{a}': ra.scale, f'scale_{b}': rb.scale, f'ppl_{a}': ra.ppl, f'ppl_{b}': rb.ppl},
+                         seeds=seeds, gaps=[float(g) for g in np.expm1(d)], gap=math.exp(rb.loss - ra.loss) - 1,
+                         t=float(t.statistic) if t else math.nan, df=len(d) - 1, p=float(t.pvalue) if t else math.nan,
+                         sign_p=float(stats.binomtest(int((d < 0).sum()), len(d)).pvalue) if len(d) else math.nan,
+                         lower=b if rb.loss < ra.loss else a))
+    return pd.DataFrame(rows)
 
 def bootstrap_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0,
                         n: int = 2000, seed: int = 0) -> pd.DataFrame:
