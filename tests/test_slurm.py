@@ -278,10 +278,12 @@ def test_requeued_training_job_resumes_with_the_losses_of_one_process(tmp_path, 
 
 
 def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slurm, data_dir):
-    """The package's batch script: Slurm's USR1 before the limit requeues the task, which runs again in its folder. The
-    first run's environment setup takes 30 s (a module load or conda activation can, on a cluster) and Slurm warns
-    between 10 s and about 40 s into the run, so the warning may come while the script still sets up; it must requeue
-    then too. (A script whose traps came after the setup ended with USR1's default action there: FAILED.)"""
+    """The package's batch script: Slurm's USR1 before the limit requeues the task, which runs again in its folder.
+    Slurm warns 60 s before the 2-minute limit, checking about every 30 s, so between 60 s and 90 s into a run. The
+    first run's environment setup takes 100 s (a module load or conda activation can be that slow on a cluster), so the
+    warning always arrives while the script still sets up, and it must requeue then too (a script whose traps came after
+    the setup took USR1's default action there: FAILED). The second run, the restart, sets up at once and has 60 s
+    before its own warning to finish, room for a loaded machine (a 10-s margin requeued it again in one CI run)."""
     cells = [nbformat.v4.new_code_cell("first_run_s = 120"),
              nbformat.v4.new_code_cell("import os, time\nif os.environ.get('SLURM_RESTART_COUNT', '0') == '0': time.sleep(first_run_s)")]
     cells[0].metadata["tags"] = ["parameters"]
@@ -291,11 +293,12 @@ def test_a_task_near_its_time_limit_requeues_itself_and_completes(tmp_path, slur
     lines = []
     t0 = time.time()
     activate = Path(sys.prefix) / "bin" / "activate"
-    setup = f'[ "${{SLURM_RESTART_COUNT:-0}}" != 0 ] || sleep 30; source {shlex.quote(str(activate))}'
-    job = submit(str(tmp_path / "slow.ipynb"), gpus_per_node=0, cpus_per_task=1, time="00:01:00", signal_s=50,
+    # the first run's slow setup: `wait` returns when the trap has run, so the requeue comes with the warning
+    setup = f'[ "${{SLURM_RESTART_COUNT:-0}}" != 0 ] || {{ sleep 100 & wait $! || true; }}; source {shlex.quote(str(activate))}'
+    job = submit(str(tmp_path / "slow.ipynb"), gpus_per_node=0, cpus_per_task=1, time="00:02:00", signal_s=60,
                  run_dir=str(run_dir), setup=setup, log=lines.append)
-    delays = slurm_delays()  # the time limit, the cluster's requeue delay and scheduler passes, then a second short run
-    rows = wait_run(run_dir, poll_s=1, timeout_s=60 + delays["requeue_s"] + 2 * delays["sched_s"] + 150, log=lines.append)
+    delays = slurm_delays()  # the first run up to its warning, the cluster's requeue delay and scheduler passes, a second short run
+    rows = wait_run(run_dir, poll_s=1, timeout_s=120 + delays["requeue_s"] + 2 * delays["sched_s"] + 150, log=lines.append)
     log = (run_dir / "0" / f"slurm-{job}.log").read_text()
     assert [r["state"] for r in rows] == ["COMPLETED"] and (run_dir / "0" / "done").exists(), (lines, log)
     assert f"time limit near: requeueing job {job}" in log and "DUE TO JOB REQUEUE" in log, log
