@@ -43,22 +43,35 @@ def test_slimpajama_is_streamed_from_the_hub():
     fc.test_eq(resolve_corpus('slimpajama-train'), Corpus('slimpajama-train', hub='cerebras/SlimPajama-627B', split='train', streaming=True))
 
 
-def test_a_hub_id_names_its_split_and_is_downloaded():
-    "owner/name:split is a hub dataset with that split; other hub datasets are downloaded, not streamed."
+def test_a_hub_id_names_its_split():
+    "owner/name:split is that split of a hub dataset."
     fc.test_eq(resolve_corpus('roneneldan/TinyStories:validation').source, 'hf:roneneldan/TinyStories:validation')
+
+
+def test_a_hub_dataset_other_than_slimpajama_is_downloaded():
+    "Hub datasets other than SlimPajama are downloaded, not streamed."
     fc.test_eq(resolve_corpus('roneneldan/TinyStories').streaming, False)
 
 
-def test_a_device_is_refused_unread_and_a_file_is_not_special(root):
-    "/dev/null is refused by its type; an ordinary file is no special file."
+def test_a_device_is_refused_unread():
+    "/dev/null is refused by its type, before anything is read."
     fc.test_fail(lambda: resolve_corpus('/dev/null'), contains='corpus /dev/null is a device, not a file')  # refused by type, unread
+
+
+def test_an_ordinary_file_is_not_special(root):
+    "special_file says None for a plain file."
     fc.test_eq(special_file(root / 'README.md'), None)
 
 
-def test_without_a_data_folder_aliases_go_to_the_hub():
-    "With SGATLIN_DATA_DIR empty, an alias is its hub split and a file name fails saying the folder is off."
+def test_without_a_data_folder_an_alias_goes_to_the_hub():
+    "With SGATLIN_DATA_DIR empty, an alias is its hub split."
     with mock.patch.dict(os.environ, {DATA_DIR_ENV: ''}):
         fc.test_eq(resolve_corpus('tinystories-train').source, 'hf:roneneldan/TinyStories:train')
+
+
+def test_without_a_data_folder_a_file_name_fails_saying_so():
+    "With SGATLIN_DATA_DIR empty, a file name under the data folder fails, saying the folder is off."
+    with mock.patch.dict(os.environ, {DATA_DIR_ENV: ''}):
         fc.test_fail(lambda: resolve_corpus('tinystories/train_head_2316.txt'), contains='$SGATLIN_DATA_DIR is empty')
 
 
@@ -96,9 +109,13 @@ def test_a_bad_file_fails_naming_what_is_wrong(tmp_path, name):
               contains=says[1:] if says.startswith('*') else f'{tmp_path / name}{says}')
 
 
-def test_a_missing_text_field_and_a_nonpositive_max_docs_fail():
-    "A text_field the rows lack and max_docs=0 are refused."
+def test_a_missing_text_field_fails():
+    "A text_field the rows lack is refused, naming it."
     fc.test_fail(lambda: list(read_texts('webtext-train', text_field='body')), contains="has no 'body' field")
+
+
+def test_a_nonpositive_max_docs_fails():
+    "max_docs=0 is refused at the call."
     fc.test_fail(lambda: read_texts('tinystories-valid', max_docs=0), contains='max_docs must be a positive integer')
 
 
@@ -113,12 +130,24 @@ def test_gpt2_without_a_local_copy_comes_from_the_hub(root, tmp_path):
     fc.test_eq(calls[-1], (GPT2_HUB, 'tokenizer.json'))
 
 
-def test_tokenizer_errors_say_what_to_pass(tmp_path):
-    "A missing 'sgatlin', a tokenizer without end-of-text, a non-tokenizer file and an offline hub each say what to do."
+def test_the_authors_tokenizer_outside_the_data_folder_says_where_it_must_be(tmp_path):
+    "'sgatlin' with a data folder that lacks it names the variable and the folder to set."
     fc.test_fail(lambda: load_tokenizer('sgatlin', data_dir=tmp_path), contains='set to the folder holding')
+
+
+def test_a_tokenizer_without_end_of_text_has_no_eot_id():
+    "eot_id of a tokenizer lacking <|endoftext|> fails, naming the token."
     fc.test_fail(lambda: eot_id(Tokenizer(models.BPE())), contains='has no <|endoftext|> token')
+
+
+def test_a_file_that_is_no_tokenizer_is_refused(tmp_path):
+    "A JSON file that is not a tokenizer fails in one line."
     (tmp_path / 'not_a_tokenizer.json').write_text('{"texts": ["a"]}')
     fc.test_fail(lambda: load_tokenizer(tmp_path / 'not_a_tokenizer.json'), contains='is not a tokenizer')
+
+
+def test_gpt2_with_the_hub_offline_says_where_a_local_copy_goes(tmp_path):
+    "An unreachable hub makes 'gpt2' fail, naming the folder a local copy must be in."
     def offline(repo_id, filename): raise OSError('offline mode is enabled')
     with mock.patch('huggingface_hub.hf_hub_download', offline):
         fc.test_fail(lambda: load_tokenizer('gpt2', data_dir=tmp_path), contains='set SGATLIN_DATA_DIR to a folder that holds gpt2_tokenizer')

@@ -41,43 +41,61 @@ def test_a_bad_model_config_is_refused_saying_what_is_valid(change, says):
     fc.test_fail(lambda: dataclasses.replace(TINY, **change), contains=says)
 
 
-def test_bad_tokens_are_refused(run):
+BAD_TOKENS = [  # (what is wrong, the call on the page's run, what the error must say)
+    ('one dimension', lambda r: r['model'](r['tokens'][0]), "shape [batch, time]"),
+    ('floats', lambda r: r['model'](r['tokens'].astype(jnp.float32)), "must be integers"),
+    ('too long', lambda r: r['model'](jnp.zeros((1, 33), jnp.int32)), "at most seq_len=32"),
+]
+
+
+@pytest.mark.parametrize("call, says", [c[1:] for c in BAD_TOKENS], ids=[c[0] for c in BAD_TOKENS])
+def test_bad_tokens_are_refused(run, call, says):
     "Tokens of one dimension, floats, or more positions than seq_len are refused."
-    model, tokens = run['model'], run['tokens']
-    fc.test_fail(lambda: model(tokens[0]), contains="shape [batch, time]")
-    fc.test_fail(lambda: model(tokens.astype(jnp.float32)), contains="must be integers")
-    fc.test_fail(lambda: model(jnp.zeros((1, 33), jnp.int32)), contains="at most seq_len=32")
+    fc.test_fail(lambda: call(run), contains=says)
 
 
-def test_wrong_gate_patches_and_gates_of_an_ungated_model_are_refused(run):
+BAD_GATE_PATCHES = [
+    ('too few layers', lambda r: r['model'](r['tokens'], patch=Patch(r['gates'][:1], r['all_true'])), "one Gates per layer (2)"),
+    ('mask shape', lambda r: r['model'](r['tokens'], patch=Patch(r['gates'], r['all_true'][:, :1])), "[n_layers, batch, time] = (2, 3, 16)"),
+    ('mask dtype', lambda r: r['model'](r['tokens'], patch=Patch(r['gates'], r['all_true'].astype(jnp.int32))), "must be boolean"),
+    ('gates shape', lambda r: r['model'](r['tokens'][:1], patch=Patch(r['gates'], r['all_true'][:, :1])), "shape of the layer's own"),
+    ('mlp return_gates', lambda r: r['mlp_model'](r['tokens'], return_gates=True), "this model has ffw.kind='mlp'"),
+    ('mlp patch', lambda r: r['mlp_model'](r['tokens'], patch=Patch(r['gates'], r['all_true'])), "ffw.kind in ['moe', 'peer', 'sgatlin']"),
+]
+
+
+@pytest.mark.parametrize("call, says", [c[1:] for c in BAD_GATE_PATCHES], ids=[c[0] for c in BAD_GATE_PATCHES])
+def test_wrong_gate_patches_and_gates_of_an_ungated_model_are_refused(run, call, says):
     "A Patch with too few layers, the wrong mask shape or dtype, or other-shaped gates fails; an MLP model has no gates."
-    model, tokens, gates, all_true, mlp_model = (run[k] for k in ('model', 'tokens', 'gates', 'all_true', 'mlp_model'))
-    fc.test_fail(lambda: model(tokens, patch=Patch(gates[:1], all_true)), contains="one Gates per layer (2)")
-    fc.test_fail(lambda: model(tokens, patch=Patch(gates, all_true[:, :1])), contains="[n_layers, batch, time] = (2, 3, 16)")
-    fc.test_fail(lambda: model(tokens, patch=Patch(gates, all_true.astype(jnp.int32))), contains="must be boolean")
-    fc.test_fail(lambda: model(tokens[:1], patch=Patch(gates, all_true[:, :1])), contains="shape of the layer's own")
-    fc.test_fail(lambda: mlp_model(tokens, return_gates=True), contains="this model has ffw.kind='mlp'")
-    fc.test_fail(lambda: mlp_model(tokens, patch=Patch(gates, all_true)), contains="ffw.kind in ['moe', 'peer', 'sgatlin']")
+    fc.test_fail(lambda: call(run), contains=says)
 
 
-def test_bad_sites_and_site_patches_are_refused(run):
-    "Unknown sites, a string for sites, patches of the wrong shape, mask or form, and clashing gate arguments are refused."
-    model, tokens, gates, acts, all_true = (run[k] for k in ('model', 'tokens', 'gates', 'acts', 'all_true'))
-    fc.test_fail(lambda: model(tokens, sites=('mlp_out',)), contains="valid sites: ['resid_pre', 'attn_out', 'gates', 'ffw_out', 'resid_post']")
-    fc.test_fail(lambda: model(tokens, sites='gates'), contains="a tuple of site names, e.g. ('gates',)")
-    fc.test_fail(lambda: model(tokens, patches={'resid': (acts['resid_pre'], all_true)}), contains="unknown site 'resid'")
-    fc.test_fail(lambda: model(tokens, patches={'ffw_out': (acts['ffw_out'][:1], all_true)}),
-                 contains="[n_layers, batch, time, d_model] = (2, 3, 16, 128), got (1, 3, 16, 128)")
-    fc.test_fail(lambda: model(tokens, patches={'ffw_out': (acts['ffw_out'], all_true[0])}), contains="mask must be boolean of shape [n_layers, batch, time] = (2, 3, 16)")
-    fc.test_fail(lambda: model(tokens, patches={'ffw_out': acts['ffw_out']}), contains="must be a pair (values, mask)")
-    fc.test_fail(lambda: model(tokens, patches={'gates': (tuple(acts['gates']), all_true)}), contains="must be Gates(scores, indices)")
-    fc.test_fail(lambda: model(tokens, patches={'gates': (Gates(*(a[..., :2] for a in acts['gates'])), all_true)}), contains="shape of the layer's own")
-    fc.test_fail(lambda: model(tokens, sites=('gates',), return_gates=True), contains="sites=(..., 'gates')")
-    fc.test_fail(lambda: model(tokens, patch=Patch(gates, all_true), patches={'gates': (acts['gates'], all_true)}), contains="give one of them")
+BAD_SITES = [
+    ('unknown site', lambda r: r['model'](r['tokens'], sites=('mlp_out',)), "valid sites: ['resid_pre', 'attn_out', 'gates', 'ffw_out', 'resid_post']"),
+    ('sites string', lambda r: r['model'](r['tokens'], sites='gates'), "a tuple of site names, e.g. ('gates',)"),
+    ('unknown patch site', lambda r: r['model'](r['tokens'], patches={'resid': (r['acts']['resid_pre'], r['all_true'])}), "unknown site 'resid'"),
+    ('values shape', lambda r: r['model'](r['tokens'], patches={'ffw_out': (r['acts']['ffw_out'][:1], r['all_true'])}),
+     "[n_layers, batch, time, d_model] = (2, 3, 16, 128), got (1, 3, 16, 128)"),
+    ('mask shape', lambda r: r['model'](r['tokens'], patches={'ffw_out': (r['acts']['ffw_out'], r['all_true'][0])}),
+     "mask must be boolean of shape [n_layers, batch, time] = (2, 3, 16)"),
+    ('not a pair', lambda r: r['model'](r['tokens'], patches={'ffw_out': r['acts']['ffw_out']}), "must be a pair (values, mask)"),
+    ('gates not Gates', lambda r: r['model'](r['tokens'], patches={'gates': (tuple(r['acts']['gates']), r['all_true'])}),
+     "must be Gates(scores, indices)"),
+    ('gates shape', lambda r: r['model'](r['tokens'], patches={'gates': (Gates(*(a[..., :2] for a in r['acts']['gates'])), r['all_true'])}),
+     "shape of the layer's own"),
+    ('sites and return_gates', lambda r: r['model'](r['tokens'], sites=('gates',), return_gates=True), "sites=(..., 'gates')"),
+    ('patch and patches', lambda r: r['model'](r['tokens'], patch=Patch(r['gates'], r['all_true']),
+                                               patches={'gates': (r['acts']['gates'], r['all_true'])}), "give one of them"),
+    ('mlp gates site', lambda r: r['mlp_model'](r['tokens'], sites=('gates',)), "this model has ffw.kind='mlp'"),
+]
+
+
+@pytest.mark.parametrize("call, says", [c[1:] for c in BAD_SITES], ids=[c[0] for c in BAD_SITES])
+def test_bad_sites_and_site_patches_are_refused(run, call, says):
+    "Unknown sites, a string for sites, patches of the wrong shape, mask or form, clashing gate arguments and an MLP's gates are refused."
+    fc.test_fail(lambda: call(run), contains=says)
 
 
 def test_an_ungated_model_reads_its_other_sites(run):
-    "An MLP model refuses the site 'gates' but returns the others, [L, B, T, D]."
-    mlp_model, tokens = run['mlp_model'], run['tokens']
-    fc.test_fail(lambda: mlp_model(tokens, sites=('gates',)), contains="this model has ffw.kind='mlp'")
-    fc.test_eq(mlp_model(tokens, sites=('ffw_out',))[1]['ffw_out'].shape, (2, 3, 16, 128))  # the other sites work for any layer
+    "An MLP model returns the sites other than 'gates', [L, B, T, D]."
+    fc.test_eq(run['mlp_model'](run['tokens'], sites=('ffw_out',))[1]['ffw_out'].shape, (2, 3, 16, 128))  # the other sites work for any layer
