@@ -303,8 +303,9 @@ def render_report(out: Path, state: dict) -> str:
              (f"{tr['eval_loss']:.2f}", f"held-out loss, nats per token (unigram {tr['unigram_loss']:.2f})"),
              (f"{rec['circuits']:,}", f"circuits recorded from {rec['documents']} held-out stories"), nie,
              (f"{us['fraction_used']:.0%}", "of the neurons used at least once (mean over layers and channels)"),
-             (f"{us['gini']:.2f}", f"Gini of the neurons' firing counts (distinct tokens {us['gini_distinct_tokens']:.2f}, "
-                                   f"uniform router {us['uniform_gini_distinct_tokens']:.2f})")]
+             (f"{us['gini']:.2f}", f"Gini of the neurons' firing counts; counting each distinct token of the stories once, "
+                                   f"{us['gini_distinct_tokens']:.2f}, against {us['uniform_gini_distinct_tokens']:.2f} "
+                                   f"for a uniform router counted the same way")]
     samples = [(p, t.strip()[len(p):] if t.strip().startswith(p) else ' ' + t.strip()) for p, t in zip(PROMPTS, tr['samples'])]
     table = pd.read_csv(out / 'neighbours' / 'neighbours.csv', keep_default_na=False)
     top3 = table[table['rank'] <= 3]
