@@ -201,3 +201,24 @@ def pytest_xdist_make_scheduler(config, log):
             return _unit(Path(nodeid.split("::", 1)[0]).stem)
 
     return ByModule(config, log)
+
+
+# Where the time goes, printed at the end of every run: each module's seconds (setup, call and teardown summed) and each
+# xdist worker's, so that the units' order above and the two tiers can be set from measurements.
+_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    module = Path(report.nodeid.split("::", 1)[0]).stem
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    for key in (("module", module), ("worker", worker)):
+        _SECONDS[key] = _SECONDS.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _SECONDS: return
+    tr = terminalreporter
+    tr.section("seconds per module and per worker (setup, call and teardown)")
+    for kind in ("worker", "module"):
+        rows = sorted(((s, name) for (k, name), s in _SECONDS.items() if k == kind), reverse=True)
+        tr.write_line(f"{kind}s: " + ", ".join(f"{name} {s:.0f}" for s, name in rows))
