@@ -536,13 +536,15 @@ def test_links_between_pages_resolve():
 
 # ---- Defect kinds a reader found on the pages (issue 71), each checked so that it cannot return unseen ----
 
-# Helpers a page's visible test cells call, imported in a hidden cell by design: checks that teach how a result is
-# pinned down, not code a reader copies to use the package.
-TEST_ONLY_NAMES = frozenset({"test_eq", "test_ne", "test_close", "test_fail", "test_is", "test_warns", "test_stdout",
-                             "test_shuffled", "test_eq_type", "test_sig", "is_close", "show_doc"})
-# Pages whose visible cells still read names bound only in a hidden cell (page: names). Only pages outside this
-# check's author's pages; each entry is a finding for the page's owner to fix (make the import visible), then delete.
+# The checks a page shows (`test_eq`, `test_close`, `test_fail` ...) are code a reader copies too: a page imports them in
+# a shown cell like any other name. Two pages still import them in a hidden cell only; the lead is moving those imports
+# (page: names); delete an entry once its page is done (the check fails on an entry whose page no longer needs it).
+TEST_ONLY_PENDING: dict[str, set[str]] = {"07_scaling.ipynb": {"test_eq", "test_fail", "test_close"},
+                                          "results.ipynb": {"test_eq"}}
+# Pages whose visible cells still read other names bound only in a hidden cell (page: names): findings for the page's
+# owner to fix (make the import visible), then delete.
 KNOWN_HIDDEN_NAMES: dict[str, set[str]] = {}
+_SHOW_DOC_LINE = re.compile(r"^show_doc", re.M)  # nbdev's `clean_show_doc`: such a cell's source is not on the page
 _FLAG_LINE = re.compile(r"^#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
 
 
@@ -568,8 +570,9 @@ def hidden_names_shown(cells) -> list[tuple[int, str]]:
     """(code cell, name) for each name a shown code cell reads that only hidden cells bound before it.
 
     Hidden: `#| hide` or `#| include: false` (neither source nor output is on the page). Shown: a cell whose source is on
-    the page (not hidden, not `echo: false`, not an `export`/`exporti` cell, which nbdev replaces by its API entry).
-    A name the shown cell binds itself (anywhere in it) is its own; `TEST_ONLY_NAMES` are the checks' tools."""
+    the page (not hidden, not `echo: false`, not an `export`/`exporti` cell, which nbdev replaces by its API entry, and
+    not a cell with a line that starts with `show_doc`, which nbdev's processing turns to `echo: false`). A name the
+    shown cell binds itself (anywhere in it) is its own."""
     import ast
     in_hidden, elsewhere, found, i = set(), set(), [], -1
     for c in cells:
@@ -578,14 +581,15 @@ def hidden_names_shown(cells) -> list[tuple[int, str]]:
         tree, flags = _cell_ast(c.source), _cell_flags(c.source)
         if tree is None: continue
         hidden = "hide" in flags or flags.get("include") == "false"
-        shown = not hidden and flags.get("echo") != "false" and not {"export", "exporti"} & set(flags)
+        shown = (not hidden and flags.get("echo") != "false" and not {"export", "exporti"} & set(flags)
+                 and not _SHOW_DOC_LINE.search(c.source))
         if shown:
             own = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
             own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
             own |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
             own |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
             for name in dict.fromkeys(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)):
-                if name in in_hidden and name not in elsewhere and name not in own and name not in TEST_ONLY_NAMES:
+                if name in in_hidden and name not in elsewhere and name not in own:
                     found.append((i, name))
         for st in tree.body:  # the cell's top-level bindings, in order
             names = set()
@@ -600,16 +604,19 @@ def hidden_names_shown(cells) -> list[tuple[int, str]]:
 
 
 def test_hidden_names_are_caught():
-    "A hidden import read by a shown cell is caught; one read only by hidden, echo: false or test cells, or rebound, is not."
+    "A hidden import read by a shown cell is caught (a check's `test_eq` too); one read only by hidden, echo: false or show_doc cells, or rebound, is not."
     cell = nbformat.v4.new_code_cell
-    cells = [cell("#| hide\nimport pandas as pd\nimport numpy as np\nfrom fastcore.test import test_eq\nfrom x import y"),
+    cells = [cell("#| hide\nimport pandas as pd\nimport numpy as np\nfrom fastcore.test import test_eq\nfrom x import y\n"
+                  "from nbdev.showdoc import show_doc"),
              cell("#| export\nimport json"),
              cell("df = pd.DataFrame({'a': [1]})\ntest_eq(len(df), 1)\njson.dumps(1)"),
              cell("#| echo: false\nnp.zeros(1)"),
              cell("#| hide\ny(np.ones(1))"),
              cell("import numpy as np\nnp.ones(2)"),
-             cell("def f(y): return y + 1\n%time f(2)")]
-    assert hidden_names_shown(cells) == [(2, "pd")], hidden_names_shown(cells)
+             cell("def f(y): return y + 1\n%time f(2)"),
+             cell("show_doc(y)"),
+             cell("test_eq(type(show_doc(json.dumps)), object)")]
+    assert hidden_names_shown(cells) == [(2, "test_eq"), (2, "pd"), (8, "test_eq"), (8, "show_doc")], hidden_names_shown(cells)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -617,12 +624,12 @@ def test_shown_cells_read_no_hidden_name(name):
     "A page's shown code can be copied and run: every name it reads is bound in a cell the page shows (static; well under 1 s)."
     nb = nbformat.read(ROOT / "nbs" / name, as_version=4)
     found = {n for _, n in hidden_names_shown(nb.cells)}
-    known = KNOWN_HIDDEN_NAMES.get(name, set())
+    known = KNOWN_HIDDEN_NAMES.get(name, set()) | TEST_ONLY_PENDING.get(name, set())
     new = sorted(found - known)
     assert not new, (f"{name}: shown cells read names bound only in a `#| hide` cell: "
                      + ", ".join(f"{n} (code cell {i})" for i, n in hidden_names_shown(nb.cells) if n in new)
                      + "; import (or define) them in a shown cell")
-    assert not known - found, f"{name}: no longer reads {sorted(known - found)} from a hidden cell: drop them from KNOWN_HIDDEN_NAMES"
+    assert not known - found, f"{name}: no longer reads {sorted(known - found)} from a hidden cell: drop them from KNOWN_HIDDEN_NAMES (or TEST_ONLY_PENDING)"
 
 
 def _shown_output_text(out) -> str:
