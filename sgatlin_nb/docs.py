@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['SOURCE_FOLDER', 'public_annotations', 'class_signature', 'source_url', 'definition_line', 'resolvable_source_links',
-           'write_source_pages']
+           'write_source_pages', 'modules_defining', 'defining_module', 'own_source_link']
 
 # %% ../nbs/93_docs.ipynb #d93a0003
 import inspect
@@ -113,9 +113,60 @@ def write_source_pages(folder: str | Path = SOURCE_FOLDER) -> list[Path]:
 
 if BasicMarkdownRenderer is not None:
     class SiteRenderer(BasicMarkdownRenderer):
-        "nbdev's Markdown renderer for `show_doc`, with classes written as classes, no private annotations and no dead source links."
+        "nbdev's Markdown renderer for `show_doc`, with classes written as classes, no private annotations, and source links that resolve, each to its symbol's own module."
         def _repr_markdown_(self):
-            md = resolvable_source_links(super()._repr_markdown_())
+            md = resolvable_source_links(own_source_link(super()._repr_markdown_(), self.sym))
             text = str(self.dm)
             better = public_annotations(class_signature(self.sym, text) if inspect.isclass(self.sym) else text)
             return md.replace(f"```python\n{text}\n```", f"```python\n{better}\n```", 1)
+
+# %% ../nbs/93_docs.ipynb #d93a0031
+def _code_key(code) -> tuple:
+    """A compiled body's parameters, names, variables and constants, its nested bodies' the same way; not its bytecode,
+    whose layout differs between a module's copy and the same cell run in IPython."""
+    consts = tuple(_code_key(c) if inspect.iscode(c) else c for c in code.co_consts)
+    return code.co_argcount, code.co_kwonlyargcount, code.co_names, code.co_varnames, consts
+
+def _definition_key(o):
+    "What identifies a definition across copies of it: its docstring and what its code compiles to (a class: its methods')."
+    o = inspect.unwrap(o) if inspect.isfunction(o) else o
+    if inspect.isclass(o):
+        return inspect.getdoc(o), tuple((k, _definition_key(v)) for k, v in vars(o).items() if inspect.isfunction(v))
+    code = getattr(o, '__code__', None)
+    return inspect.getdoc(o), None if code is None else _code_key(code)
+
+def modules_defining(name: str) -> list[str]:
+    "The package's modules (`'baselines'`) that define `name` (`'MoE.apply_gates'`), by nbdev's index of the exported symbols."
+    from sgatlin_nb._modidx import d
+    return [m.removeprefix('sgatlin_nb.') for m, syms in d['syms'].items() if f'{m}.{name}' in syms]
+
+def defining_module(sym) -> str | None:
+    """The module of the package that defines `sym` (a function, class or method); None if it is not the package's, or
+    if no single module is found. A symbol of a page's own run (`__main__`) is known by its bare name: of the modules
+    that define the name, the one whose definition is the same (`_definition_key`)."""
+    module, name = getattr(sym, '__module__', None) or '', getattr(sym, '__qualname__', None) or ''
+    if module.startswith('sgatlin_nb.'): return module.removeprefix('sgatlin_nb.')
+    if module != '__main__' or not name or '<' in name: return None
+    found = modules_defining(name)
+    if len(found) > 1:
+        import importlib
+        def same(m):
+            try:
+                o = importlib.import_module(f'sgatlin_nb.{m}')
+                for part in name.split('.'): o = getattr(o, part)
+            except (ImportError, AttributeError): return False  # a module this environment cannot import (08c's needs torch) is not it
+            return _definition_key(o) == _definition_key(sym)
+        found = [m for m in found if same(m)]
+    return found[0] if len(found) == 1 else None
+
+def own_source_link(md: str, sym) -> str:
+    """`md`, the entry nbdev wrote for `sym`, with its `[source]` link at `sym`'s definition in the module that defines it
+    (`defining_module`), in nbdev's form `/blob/main/sgatlin_nb/MODULE.py#LN` (`resolvable_source_links` then points it
+    at the site's page); without the link where `sym` is a page's own symbol whose bare name several modules define and
+    none is found to be it; unchanged otherwise."""
+    module, name = defining_module(sym), getattr(sym, '__qualname__', '')
+    if module is None:
+        shared = getattr(sym, '__module__', None) == '__main__' and len(modules_defining(name)) > 1
+        return _SOURCE_LINK.sub('', md, count=1) if shared else md
+    url = f"/blob/main/sgatlin_nb/{module}.py#L{definition_line(module, name)}"
+    return _SOURCE_LINK.sub(lambda m: m[0].replace(f"]({m[1]})", f"]({url})", 1), md, count=1)

@@ -506,6 +506,74 @@ def test_processing_documents_every_export(processed_nbs):
             assert docs, f"_proc/{name}: no show_doc output for its exported symbols"
 
 
+# An entry's `[source]` link and the heading after it, as SiteRenderer writes them on a processed page.
+_ENTRY_LINK = re.compile(r"\[source\]\(source/(\w+)\.html(?:#L-(\d+))?\)(?:\{[^}\n]*\})?\s*#+ ([\w.]+)")
+
+
+def misdirected_source_links(nb, own_module: str | None) -> list[str]:
+    """The API entries of a processed page whose `[source]` link opens a module that does not define the entry's name,
+    or another module where the page's own module (its `default_exp`) defines it: the link nbdev gives a name two modules
+    define (`MoE.apply_gates` on 02 and 08c, `submit` on 90 and 91), looked up by the bare name."""
+    from sgatlin_nb._modidx import d
+    defined = {}
+    for mod, syms in d["syms"].items():
+        for sym in syms: defined.setdefault(sym.removeprefix(f"{mod}."), set()).add(mod.removeprefix("sgatlin_nb."))
+    bad = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            for m in _ENTRY_LINK.finditer("".join(o.get("data", {}).get("text/markdown", ""))):
+                module, name = m[1], m[3]
+                where = defined.get(name, set())
+                if (where and module not in where) or (own_module in where and module != own_module):
+                    bad.append(f"{name}: links source/{module}.html, defined in {', '.join(sorted(where))}")
+    return bad
+
+
+def test_misdirected_source_links_are_caught():
+    "An entry linked to the other module of a shared name is caught; its own module's link, or an unknown name's, is not."
+    out = lambda md: nbformat.v4.new_output("display_data", {"text/markdown": md})
+    cell = nbformat.v4.new_code_cell("show_doc(x)", outputs=[
+        out('---\n\n[source](source/baselines.html#L-214){target="_blank"}\n\n### MoE.apply_gates\n\n```python\n'),
+        out('---\n\n[source](source/hf_modeling.html#L-240){target="_blank"}\n\n### MoE.apply_gates\n'),
+        out('[source](source/cli.html#L-5)\n\n### submit\n'), out('[source](source/data.html)\n\n### not_ours\n')])
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    assert misdirected_source_links(nb, "hf_modeling") == ["MoE.apply_gates: links source/baselines.html, defined in baselines, hf_modeling"]
+    assert misdirected_source_links(nb, "slurm") == ["submit: links source/cli.html, defined in cli, slurm"]
+
+
+def _as_page_code(f):
+    "A copy of function `f` as nbdev's run of its page defines it: the same code, in `__main__`."
+    import types
+    g = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    g.__qualname__, g.__module__, g.__doc__, g.__kwdefaults__ = f.__qualname__, "__main__", f.__doc__, f.__kwdefaults__
+    return g
+
+
+def test_shared_name_links_its_own_module():
+    "A page's own symbol whose bare name two modules define (91's `submit`, 06's `train`; 90's command shares both) links its own module (imports the training module: under 10 s on 2 cores)."
+    from nbdev.doclinks import NbdevLookup
+    import sgatlin_nb.slurm, sgatlin_nb.train
+    from sgatlin_nb.docs import SiteRenderer, definition_line, source_url
+    for module, f in [("slurm", sgatlin_nb.slurm.submit), ("train", sgatlin_nb.train.train)]:
+        page = _as_page_code(f)
+        assert "sgatlin_nb/cli.py" in NbdevLookup().code(page.__qualname__)  # nbdev's link, by the bare name: the other module
+        md = SiteRenderer(page)._repr_markdown_()
+        assert f"[source]({source_url(module, definition_line(module, f.__qualname__))})" in md, md
+        assert not misdirected_source_links(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            "show_doc(f)", outputs=[nbformat.v4.new_output("display_data", {"text/markdown": md})])]), module)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_entry_outputs_link_their_own_module(name, processed_nbs):
+    "Each API entry on a processed page links the source of the module that defines it (the page's own, for a name two modules define)."
+    path = processed_nbs / name
+    assert path.exists(), f"{path} is missing: nbdev's processing failed:\n{_proc_log(processed_nbs)}"
+    own = next((m[1] for c in nbformat.read(ROOT / "nbs" / name, as_version=4).cells
+                if c.cell_type == "code" and (m := re.match(r"#\|\s*default_exp\s+(\w+)", c.source))), None)
+    bad = misdirected_source_links(nbformat.read(path, as_version=4), own)
+    assert not bad, f"{name}: API entries linked to another module's source:\n" + "\n".join(bad)
+
+
 def _anchor(heading: str) -> str:
     "The id Pandoc (so Quarto) gives a heading: formatting dropped, then only letters, digits, `_-.`, spaces as hyphens."
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link keeps its text
@@ -537,10 +605,10 @@ def test_links_between_pages_resolve():
 # ---- Defect kinds a reader found on the pages (issue 71), each checked so that it cannot return unseen ----
 
 # The checks a page shows (`test_eq`, `test_close`, `test_fail` ...) are code a reader copies too: a page imports them in
-# a shown cell like any other name. Two pages still import them in a hidden cell only; the lead is moving those imports
-# (page: names); delete an entry once its page is done (the check fails on an entry whose page no longer needs it).
-TEST_ONLY_PENDING: dict[str, set[str]] = {"07_scaling.ipynb": {"test_eq", "test_fail", "test_close"},
-                                          "results.ipynb": {"test_eq"}}
+# a shown cell like any other name. Pages that still import them in a hidden cell only (page: names), each a finding for
+# the page's owner; delete an entry once its page is done (the check fails on an entry whose page no longer needs it).
+# None left: 07 and results were the last two (commit 61d8720).
+TEST_ONLY_PENDING: dict[str, set[str]] = {}
 # Pages whose visible cells still read other names bound only in a hidden cell (page: names): findings for the page's
 # owner to fix (make the import visible), then delete.
 KNOWN_HIDDEN_NAMES: dict[str, set[str]] = {}
