@@ -739,6 +739,77 @@ def test_outputs_print_no_float_past_its_precision(name, executed_nbs):
     assert not hits, f"{name}: numbers printed past their precision (round them, or format the table):\n" + "\n".join(hits[:10])
 
 
+# A progress bar's text, as tqdm writes it where no widget shows it (`  48%|####8     | 29/60 [00:02<00:01, 19.10step/s]`):
+# the percentage and bar, the elapsed<remaining clock, a rate, or a carriage return that redraws a line.
+_PROGRESS = re.compile(r"\d+%\|[^|\n]*\||\[\d+:\d+<[\d:?]+|[\d?]\s?\w*/s\]|s/\w+\]|\r(?!\n)")
+
+
+def progress_bars(nb) -> list[str]:
+    "What a notebook's outputs print of a progress bar (streams, plain text, a widget's text)."
+    hits = []
+    for i, c in enumerate(x for x in nb.cells if x.cell_type == "code"):
+        for o in c.get("outputs", []):
+            text = o.text if o.output_type == "stream" else "".join(o.get("data", {}).get("text/plain", ""))
+            hits += [f"code cell {i}: {text[max(0, m.start() - 40):m.end() + 20]!r}" for m in _PROGRESS.finditer(text)][:1]
+    return hits
+
+
+def test_progress_bars_are_caught():
+    "tqdm's text in a stream or a widget's plain text is caught; a percentage, a clock time or a rate in prose is not."
+    stream = lambda t, name="stderr": nbformat.v4.new_output("stream", name=name, text=t)
+    bar = "\rtraining:   0%|          | 0/60 [00:00<?, ?step/s]\rtraining: 100%|##########| 60/60 [00:02<00:00, 27.17step/s]\n"
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("f()", outputs=[stream(bar)]),
+        nbformat.v4.new_code_cell("g()", outputs=[nbformat.v4.new_output("display_data", {"text/plain": "umap: 50%|#####     | 2/4 [00:03<00:03, 1.52s/layer]"})]),
+        nbformat.v4.new_code_cell("h()", outputs=[stream("tokenizing: 1520 docs [00:01, 1010.2 docs/s]\n", "stdout")]),
+        nbformat.v4.new_code_cell("k()", outputs=[stream("98% of the tokens at 12:30 (3.1 steps/s on the CPU), a|b\r\n", "stdout")])])
+    assert [h.split(":")[0] for h in progress_bars(nb)] == ["code cell 0", "code cell 1", "code cell 2"], progress_bars(nb)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_outputs_show_no_progress_bar(name, executed_nbs):
+    "No executed output shows a progress bar's text: a page's call passes `progress=False` (under 1 s a page)."
+    path = executed_nbs / name
+    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
+    hits = progress_bars(nbformat.read(path, as_version=4))
+    assert not hits, f"{name}: outputs show a progress bar (pass progress=False on the page):\n" + "\n".join(hits[:10])
+
+
+# A date and time of the run that executed a page: a run folder's stamp (`07_scaling-20261206-174403`) or an ISO time
+# (`2026-12-06T17:44`, `2026-12-06 17:44`). It changes at every run, so a reader compares nothing with it.
+_CLOCK = re.compile(r"\b20\d\d[01]\d[0-3]\d-[0-2]\d[0-5]\d[0-5]\d\b|\b20\d\d-[01]\d-[0-3]\d[T ][0-2]\d:[0-5]\d")
+
+
+def run_clock_times(nb) -> list[str]:
+    "The dates and times of the executing run that a notebook's outputs print (streams, plain text, Markdown, HTML)."
+    hits = []
+    for i, c in enumerate(x for x in nb.cells if x.cell_type == "code"):
+        for o in c.get("outputs", []):
+            text = _shown_output_text(o)
+            hits += [f"code cell {i}: {text[max(0, m.start() - 40):m.end() + 10]!r}" for m in _CLOCK.finditer(text)][:1]
+    return hits
+
+
+def test_run_clock_times_are_caught():
+    "A run folder's stamp or an ISO time is caught; a Slurm time limit, a large number or a date alone is not."
+    out = lambda t: nbformat.v4.new_output("stream", name="stdout", text=t)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("a()", outputs=[out("RUN_DIR=<tmp>/slurm/07_scaling-20261206-174403\n")]),
+        nbformat.v4.new_code_cell("b()", outputs=[out("submitted at 2026-12-06T17:44:03\n")]),
+        nbformat.v4.new_code_cell("c()", outputs=[out("#SBATCH --time=24:00:00, budget 200000000000.0, 07_scaling-<date-time>, "
+                                                      "the paper (2025-01-31)\n")])])
+    assert [h.split(":")[0] for h in run_clock_times(nb)] == ["code cell 0", "code cell 1"], run_clock_times(nb)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_outputs_show_no_run_clock_time(name, executed_nbs):
+    "No executed output prints the date and time of the run that executed it (a duration or a state instead; under 1 s a page)."
+    path = executed_nbs / name
+    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
+    hits = run_clock_times(nbformat.read(path, as_version=4))
+    assert not hits, f"{name}: outputs print the run's date and time (it changes at every run):\n" + "\n".join(hits[:10])
+
+
 PAGE_WEIGHT = 1_000_000  # bytes an executed notebook may weigh: what a reader downloads, and JupyterLab opens
 
 
