@@ -11,7 +11,8 @@ import textwrap
 SCRIPT = textwrap.dedent('''
     import json, sys, jax
     from sgatlin_nb.gpu import (paper_presets, preset_ends, export_train_step, train_step_args, state_bytes, abstract_state,
-                                equal_flops_swiglu, lowering_counts, gpu_path_problems, ROUTED_KINDS)
+                                equal_flops_swiglu, lowering_counts, gpu_path_problems, ROUTED_KINDS, partition_report)
+    from sgatlin_nb.configs import PRESETS
     from sgatlin_nb.distributed import make_mesh
     from sgatlin_nb.train import state_shardings
     mesh = make_mesh()
@@ -35,6 +36,9 @@ SCRIPT = textwrap.dedent('''
     sb = state_bytes(state, state_shardings(state, mesh, fsdp=True))
     out['compiled_args'] = mem.argument_size_in_bytes
     out['expected_args'] = sb['params'] + sb['opt_state'] + cfg.batch_size // 8 * (cfg.model.seq_len + 1) * 4
+    # 92's partition report compiles without the backend's code optimization: the same report as with it (a small
+    # sgatlin model, data parallel)
+    out['partition'] = [[partition_report(PRESETS['test-tiny'], mesh, optimize=o) for o in (True, False)]]
     print(json.dumps(out))
 ''')
 
@@ -53,3 +57,5 @@ def test_presets_lower_for_cuda_on_8_devices():
     routed = [n for n, k in out["kinds"].items() if k in ("sgatlin", "peer", "moe")]
     assert len(routed) == 3 * 5, sorted(routed)  # sgatlin, PEER and MoE at the rungs 92 does not lower (3 to 7)
     assert {n: p for n, p in out["problems"].items() if p} == {}, out["problems"]
+    for optimized, not_optimized in out["partition"]:  # every field, collectives and temporaries included
+        assert optimized == not_optimized and optimized["collectives"] > 0 and optimized["temporaries_gb"] > 0, (optimized, not_optimized)
