@@ -23,5 +23,8 @@ cd "$DEST"
 export IPYTHONDIR="$DEST/scripts/docs_ipython"
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
+# no progress bars on the pages: in JupyterLab a bar is a widget that runs to 100%, but executed here it would stay on
+# the static page as a line of text (tqdm reads TQDM_DISABLE; the CLI and the library keep their bars)
+export TQDM_DISABLE=1
 echo "== nbdev-test --save in $DEST (executed notebooks: $DEST/nbs)"
 "$VENV/bin/nbdev-test" --save "$@"
