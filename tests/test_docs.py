@@ -744,14 +744,19 @@ def test_outputs_print_no_float_past_its_precision(name, executed_nbs):
 _PROGRESS = re.compile(r"\d+%\|[^|\n]*\||\[\d+:\d+<[\d:?]+|[\d?]\s?\w*/s\]|s/\w+\]|\r(?!\n)")
 
 
-def progress_bars(nb) -> list[str]:
-    "What a notebook's outputs print of a progress bar (streams, plain text, a widget's text)."
+def output_hits(nb, pattern: re.Pattern, text_of, after: int = 20) -> list[str]:
+    "The first match of `pattern` in each output of a notebook's code cells, read by `text_of(output)`, with its context."
     hits = []
     for i, c in enumerate(x for x in nb.cells if x.cell_type == "code"):
         for o in c.get("outputs", []):
-            text = o.text if o.output_type == "stream" else "".join(o.get("data", {}).get("text/plain", ""))
-            hits += [f"code cell {i}: {text[max(0, m.start() - 40):m.end() + 20]!r}" for m in _PROGRESS.finditer(text)][:1]
+            text = text_of(o)
+            hits += [f"code cell {i}: {text[max(0, m.start() - 40):m.end() + after]!r}" for m in pattern.finditer(text)][:1]
     return hits
+
+
+def progress_bars(nb) -> list[str]:
+    "What a notebook's outputs print of a progress bar (streams, plain text, a widget's text)."
+    return output_hits(nb, _PROGRESS, lambda o: o.text if o.output_type == "stream" else "".join(o.get("data", {}).get("text/plain", "")))
 
 
 def test_progress_bars_are_caught():
@@ -782,12 +787,7 @@ _CLOCK = re.compile(r"\b20\d\d[01]\d[0-3]\d-[0-2]\d[0-5]\d[0-5]\d\b|\b20\d\d-[01
 
 def run_clock_times(nb) -> list[str]:
     "The dates and times of the executing run that a notebook's outputs print (streams, plain text, Markdown, HTML)."
-    hits = []
-    for i, c in enumerate(x for x in nb.cells if x.cell_type == "code"):
-        for o in c.get("outputs", []):
-            text = _shown_output_text(o)
-            hits += [f"code cell {i}: {text[max(0, m.start() - 40):m.end() + 10]!r}" for m in _CLOCK.finditer(text)][:1]
-    return hits
+    return output_hits(nb, _CLOCK, _shown_output_text, after=10)
 
 
 def test_run_clock_times_are_caught():
