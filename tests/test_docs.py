@@ -609,8 +609,8 @@ def test_links_between_pages_resolve():
 # the page's owner; delete an entry once its page is done (the check fails on an entry whose page no longer needs it).
 # None left: 07 and results were the last two (commit 61d8720).
 TEST_ONLY_PENDING: dict[str, set[str]] = {}
-# Pages whose visible cells still read other names bound only in a hidden cell (page: names): findings for the page's
-# owner to fix (make the import visible), then delete.
+# Pages whose visible cells still read other names bound only in a cell whose source the page does not show (page: names):
+# findings for the page's owner to fix (bind them in a shown cell), then delete.
 KNOWN_HIDDEN_NAMES: dict[str, set[str]] = {}
 _SHOW_DOC_LINE = re.compile(r"^show_doc", re.M)  # nbdev's `clean_show_doc`: such a cell's source is not on the page
 _FLAG_LINE = re.compile(r"^#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -635,12 +635,13 @@ def _cell_ast(src: str):
 
 
 def hidden_names_shown(cells) -> list[tuple[int, str]]:
-    """(code cell, name) for each name a shown code cell reads that only hidden cells bound before it.
+    """(code cell, name) for each name a shown code cell reads that only cells whose source is not on the page bound before it.
 
-    Hidden: `#| hide` or `#| include: false` (neither source nor output is on the page). Shown: a cell whose source is on
-    the page (not hidden, not `echo: false`, not an `export`/`exporti` cell, which nbdev replaces by its API entry, and
-    not a cell with a line that starts with `show_doc`, which nbdev's processing turns to `echo: false`). A name the
-    shown cell binds itself (anywhere in it) is its own."""
+    Shown: a cell whose source is on the page. Not shown: `#| hide` or `#| include: false` (neither source nor output on
+    the page), `#| echo: false` (its output only), a cell with a line that starts with `show_doc` (nbdev's processing
+    turns it to `echo: false`), and an `exporti` cell (left out of the page, no API entry). An `export` cell's source is
+    not on the page either, but its names are: nbdev shows each as an API entry, and the package exports them. A name
+    bound in a shown or `export` cell before is available; a name the shown cell binds itself (anywhere in it) is its own."""
     import ast
     in_hidden, elsewhere, found, i = set(), set(), [], -1
     for c in cells:
@@ -648,9 +649,10 @@ def hidden_names_shown(cells) -> list[tuple[int, str]]:
         i += 1
         tree, flags = _cell_ast(c.source), _cell_flags(c.source)
         if tree is None: continue
-        hidden = "hide" in flags or flags.get("include") == "false"
-        shown = (not hidden and flags.get("echo") != "false" and not {"export", "exporti"} & set(flags)
-                 and not _SHOW_DOC_LINE.search(c.source))
+        exported = "export" in flags
+        shown = ("hide" not in flags and flags.get("include") != "false" and flags.get("echo") != "false"
+                 and not {"export", "exporti"} & set(flags) and not _SHOW_DOC_LINE.search(c.source))
+        hidden = not shown and not exported
         if shown:
             own = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
             own |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
@@ -672,7 +674,9 @@ def hidden_names_shown(cells) -> list[tuple[int, str]]:
 
 
 def test_hidden_names_are_caught():
-    "A hidden import read by a shown cell is caught (a check's `test_eq` too); one read only by hidden, echo: false or show_doc cells, or rebound, is not."
+    """A hidden import read by a shown cell is caught (a check's `test_eq` too), and so is a name bound only in an
+    `echo: false` or `exporti` cell; one read only by hidden, echo: false or show_doc cells, bound in an `export` cell,
+    or rebound in a shown cell, is not."""
     cell = nbformat.v4.new_code_cell
     cells = [cell("#| hide\nimport pandas as pd\nimport numpy as np\nfrom fastcore.test import test_eq\nfrom x import y\n"
                   "from nbdev.showdoc import show_doc"),
@@ -683,8 +687,14 @@ def test_hidden_names_are_caught():
              cell("import numpy as np\nnp.ones(2)"),
              cell("def f(y): return y + 1\n%time f(2)"),
              cell("show_doc(y)"),
-             cell("test_eq(type(show_doc(json.dumps)), object)")]
-    assert hidden_names_shown(cells) == [(2, "test_eq"), (2, "pd"), (8, "test_eq"), (8, "show_doc")], hidden_names_shown(cells)
+             cell("test_eq(type(show_doc(json.dumps)), object)"),
+             cell("#| echo: false\nprompt = 'Once upon a time'\nMarkdown(f'In *{prompt}*')"),
+             cell("#| exporti\ndef _helper(): pass"),
+             cell("#| export\ndef public(): pass"),
+             cell("#| echo: false\ndf2 = df.copy()"),
+             cell("ids = tok(prompt); _helper(); public(); df2.head(); df.head()")]
+    assert hidden_names_shown(cells) == [(2, "test_eq"), (2, "pd"), (8, "test_eq"), (8, "show_doc"), (13, "prompt"),
+                                         (13, "_helper"), (13, "df2")], hidden_names_shown(cells)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -694,7 +704,7 @@ def test_shown_cells_read_no_hidden_name(name):
     found = {n for _, n in hidden_names_shown(nb.cells)}
     known = KNOWN_HIDDEN_NAMES.get(name, set()) | TEST_ONLY_PENDING.get(name, set())
     new = sorted(found - known)
-    assert not new, (f"{name}: shown cells read names bound only in a `#| hide` cell: "
+    assert not new, (f"{name}: shown cells read names bound only in cells whose source the page does not show (hide, echo: false, exporti): "
                      + ", ".join(f"{n} (code cell {i})" for i, n in hidden_names_shown(nb.cells) if n in new)
                      + "; import (or define) them in a shown cell")
     assert not known - found, f"{name}: no longer reads {sorted(known - found)} from a hidden cell: drop them from KNOWN_HIDDEN_NAMES (or TEST_ONLY_PENDING)"
