@@ -17,7 +17,7 @@ Parts, most important first (a short time box keeps the first):
    `jax.profiler`, the trace reduced here to the total time of each device kernel (the JSON keeps the totals, not
    the trace).
 3. The sparse kernels alone at s6's per-device sizes: `gather_dot`, `gather_combine` (the `gpu` and `gpu-wide`
-   tiles) and the table gradient (and its wide form, which no design uses yet), on uniform random rows and on channel-structured rows (each channel's choices
+   tiles) and the table gradient (its wide form, which no design uses yet, and its ahead form, which `gpu-wide` runs), on uniform random rows and on channel-structured rows (each channel's choices
    drawn from a Zipf law over its own rows, as real text concentrates them), with `bfloat16` and float32 tables.
 4. Depth: 'sgatlin' and 'swiglu twin' at 2 and 12 blocks (with part 2's 4 blocks: a slope per block and an
    intercept, and the whole `sgatlin-s6` at 12).
@@ -202,11 +202,13 @@ def bench_kernels(res, save, a, gpu, deadline):
             fns |= {f'gather_combine {k}': jax.jit(lambda t, r, v, c, k=k: gather_combine(t, r, c, k)) for k in (kind, kind + '-wide')}
             fns['table gradient'] = jax.jit(lambda t, r, v, c: scatter_outer(C * F, r, c, v, kind, jnp.float32))
             fns['table gradient, wide'] = jax.jit(lambda t, r, v, c: sorted_scatter_outer(C * F, r, c, v, jnp.float32, interpret=not gpu, wide=True))
+            fns['table gradient, ahead'] = jax.jit(lambda t, r, v, c: sorted_scatter_outer(C * F, r, c, v, jnp.float32, interpret=not gpu, ahead=True))
             args = dict.fromkeys(fns, (t, r, v, coef))
             outs = {n: f(*args[n]) for n, f in fns.items()}
             for base, old, new in (('gather_dot', f'gather_dot {kind}', f'gather_dot {kind}-wide'),  # the wide kernels give the same sums
                                    ('gather_combine', f'gather_combine {kind}', f'gather_combine {kind}-wide'),
-                                   ('table gradient', 'table gradient', 'table gradient, wide')):
+                                   ('table gradient', 'table gradient', 'table gradient, wide'),
+                                   ('table gradient ahead', 'table gradient', 'table gradient, ahead')):
                 x, y = outs[old].astype(jnp.float32), outs[new].astype(jnp.float32)
                 out.setdefault('wide_vs_tiles', {})[f'{base} {rname} {jnp.dtype(dt).name}'] = float(jnp.abs(x - y).max() / jnp.abs(x).max())
             best = time_interleaved(fns, args, a.reps, deadline)

@@ -71,8 +71,9 @@ def gather_combine(table_RxD, rows_NxJ, a_NxJ, chunk):
 
 def scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, chunk, dtype,
                   start: float = 0.0):  # value the accumulator starts from: 0.0, or -0.0 for a second table
-    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked, summed in float32 and returned in `dtype` (`chunk` a kernel kind of `KERNELS`: `sorted_scatter_outer`)."
-    if isinstance(chunk, str): return sorted_scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, dtype, interpret=chunk.startswith('interpret'))
+    "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`: the gradient of a gathered table, chunked, summed in float32 and returned in `dtype` (`chunk` a kernel kind of `KERNELS`: `sorted_scatter_outer`, its `ahead` form with the '-wide' kinds)."
+    if isinstance(chunk, str):
+        return sorted_scatter_outer(n_rows, rows_NxJ, a_NxJ, v_NxD, dtype, interpret=chunk.startswith('interpret'), ahead=chunk.endswith('-wide'))
     def one(acc, args):
         rows, a, v = args  # padded tokens have a = 0 and add nothing
         upd = a[..., None].astype(jnp.float32) * v[:, None, :].astype(jnp.float32)
@@ -294,7 +295,8 @@ def segment_sum_sorted(values_MxD, seg_M, n_rows: int):
 _SPAN = 256  # sorted selections per program of sorted_scatter_outer
 
 def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: bool = False, span: int = _SPAN,
-                         wide: bool = False):  # a program per (span, WIDE_COLS columns), WIDE_UNROLL rows read per loop step
+                         wide: bool = False,    # a program per (span, WIDE_COLS columns), WIDE_UNROLL rows read per loop step
+                         ahead: bool = False):  # each loop step reads what the next step sums: one memory latency per step, not two
     "`out[r] = Σ_{(n,j): rows[n,j]=r} a[n, j] · v[n]`, deterministic and balanced: selections sorted by row, one Pallas program per `span` of them summing each row's run in float32, then `segment_sum_sorted` over those partial sums."
     (N, J), D = rows_NxJ.shape, v_NxD.shape[1]
     M = N * J
@@ -334,7 +336,25 @@ def sorted_scatter_outer(n_rows: int, rows_NxJ, a_NxJ, v_NxD, dtype, interpret: 
                 def _(): out_ref[pl.ds(pair_ref[i], 1), cols] = acc
             return acc
         jax.lax.fori_loop(0, E // U, step, jnp.zeros((1, W), jnp.float32))
-    grid, fn, name = ((Mp // E, D // W), wide_kernel, f'sgatlin_wide_scatter_u{U}') if wide else ((Mp // E,), kernel, 'sgatlin_sorted_scatter')
+    def ahead_kernel(token_ref, coef_ref, keep_ref, last_ref, pair_ref, v_ref, out_ref):
+        base = pl.program_id(0) * E
+        def read(i, t):  # what selection i adds: its coefficient, keep, last and pair, and the row of its token t, as stored
+            return (coef_ref[i], keep_ref[i], last_ref[i], pair_ref[i]), tuple(v_ref[pl.ds(t, 1), pl.ds(s, z)] for s, z in pieces)
+        def one(e, carry):
+            acc, (c, keep, last, pair), rows, t_next = carry  # selection e's values, read the step before
+            i = jnp.minimum(base + e + 1, Mp - 1)  # the next selection (past a span's end: read and never used)
+            nxt = read(i, t_next) + (token_ref[jnp.minimum(i + 1, Mp - 1)],)  # issued before this step's sum waits on anything
+            acc = tuple(keep * y + c * r.astype(jnp.float32) for y, r in zip(acc, rows))
+            @pl.when(last != 0)
+            def _():
+                for y, (s, z) in zip(acc, pieces):
+                    out_ref[pl.ds(pair, 1), pl.ds(s, z)] = y
+            return (acc,) + nxt
+        first = read(base, token_ref[base]) + (token_ref[jnp.minimum(base + 1, Mp - 1)],)
+        jax.lax.fori_loop(0, E, one, (tuple(jnp.zeros((1, z), jnp.float32) for _, z in pieces),) + first)
+    if wide and ahead: raise ValueError("sorted_scatter_outer: wide and ahead are two forms of the kernel; pick one")
+    grid, fn, name = (((Mp // E, D // W), wide_kernel, f'sgatlin_wide_scatter_u{U}') if wide else
+                      ((Mp // E,), ahead_kernel, 'sgatlin_ahead_scatter') if ahead else ((Mp // E,), kernel, 'sgatlin_sorted_scatter'))
     whole = lambda shape: pl.BlockSpec(shape, lambda *p: (0,) * len(shape))
     partial_PxD = _tile_call(fn, grid, [whole((Mp,))] * 5 + [whole((N, D))], whole((n_pairs, D)),
                              jax.ShapeDtypeStruct((n_pairs, D), jnp.float32), interpret,

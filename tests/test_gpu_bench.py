@@ -70,7 +70,7 @@ def test_gpu_profile_mini(tmp_path):
     assert all(d < 1e-5 for d in k["wide_vs_tiles"].values()), k["wide_vs_tiles"]  # wide tiles and tiles give the same sums
     assert k["rows"]["structured"]["distinct"] < k["rows"]["uniform"]["distinct"]   # structured rows concentrate
     timed = [n for n in k if n not in ("rows", "wide_vs_tiles")]
-    assert len(timed) == 2 * 2 * 6 and all(k[n]["us"] > 0 for n in timed)
+    assert len(timed) == 2 * 2 * 7 and all(k[n]["us"] > 0 for n in timed)
     assert sorted(res["depth 1"]) == ["sgatlin", "swiglu twin"] and res["depth 1"]["sgatlin"]["n_layers"] == 1
     assert sorted(res["decode"]) == sorted(f"{m}, batch {b}" for m in ("sgatlin", "swiglu twin", "moe") for b in (1, 64))
     assert all(r["tokens_per_s"] > 0 for r in res["decode"].values())
