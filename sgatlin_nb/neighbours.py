@@ -22,6 +22,31 @@ from .record import (CircuitDB, Recording, encode_documents, gating_vectors, mod
 from .runs import into_place, load_run, refuse_existing, save_chart
 from .reference import reference_run
 
+# %% ../nbs/11_neighbours.ipynb #bcc1e3c5
+def _largest(rows: np.ndarray, sim: np.ndarray, k: int):
+    "The `k` rows of largest similarity, ties to the lower row (`rows` ascending), in order."
+    if len(rows) > k:
+        kth = np.partition(sim, len(sim) - k)[len(sim) - k]
+        above = np.flatnonzero(sim > kth)
+        sel = np.concatenate([above, np.flatnonzero(sim == kth)[:k - len(above)]])
+        rows, sim = rows[sel], sim[sel]
+    order = np.lexsort((rows, -sim))
+    return rows[order], sim[order]
+
+def _k_nearest(sim_N: np.ndarray, k: int, allowed_N: np.ndarray | None):
+    "Rows `[k]` of least (distance, row) among the allowed rows, and their distances `1 - sim`."
+    ok_N = np.ones(len(sim_N), bool) if allowed_N is None else allowed_N
+    cand = np.flatnonzero((sim_N != 0) & ok_N)
+    sim = sim_N[cand]
+    rows, best = _largest(cand[sim > 0], sim[sim > 0], k)
+    if len(rows) < k:
+        zero = np.flatnonzero((sim_N == 0) & ok_N)[:k - len(rows)]
+        rows, best = np.concatenate([rows, zero]), np.concatenate([best, np.zeros(len(zero))])
+    if len(rows) < k:
+        neg_rows, neg = _largest(cand[sim < 0], sim[sim < 0], k - len(rows))
+        rows, best = np.concatenate([rows, neg_rows]), np.concatenate([best, neg])
+    return rows, 1.0 - best
+
 # %% ../nbs/11_neighbours.ipynb #5631e46d
 class NeighbourIndex:
     "Exact nearest gating vectors under cosine distance, through an inverted index of neurons."
@@ -113,31 +138,6 @@ class NeighbourIndex:
             if rescale_N is not None: sim_N[hits] *= rescale_N[hits]
             rows_QxK[i], dist_QxK[i] = _k_nearest(np.clip(sim_N, -1.0, 1.0), k, allowed_N)
         return rows_QxK, dist_QxK
-
-# %% ../nbs/11_neighbours.ipynb #bcc1e3c5
-def _largest(rows: np.ndarray, sim: np.ndarray, k: int):
-    "The `k` rows of largest similarity, ties to the lower row (`rows` ascending), in order."
-    if len(rows) > k:
-        kth = np.partition(sim, len(sim) - k)[len(sim) - k]
-        above = np.flatnonzero(sim > kth)
-        sel = np.concatenate([above, np.flatnonzero(sim == kth)[:k - len(above)]])
-        rows, sim = rows[sel], sim[sel]
-    order = np.lexsort((rows, -sim))
-    return rows[order], sim[order]
-
-def _k_nearest(sim_N: np.ndarray, k: int, allowed_N: np.ndarray | None):
-    "Rows `[k]` of least (distance, row) among the allowed rows, and their distances `1 - sim`."
-    ok_N = np.ones(len(sim_N), bool) if allowed_N is None else allowed_N
-    cand = np.flatnonzero((sim_N != 0) & ok_N)
-    sim = sim_N[cand]
-    rows, best = _largest(cand[sim > 0], sim[sim > 0], k)
-    if len(rows) < k:
-        zero = np.flatnonzero((sim_N == 0) & ok_N)[:k - len(rows)]
-        rows, best = np.concatenate([rows, zero]), np.concatenate([best, np.zeros(len(zero))])
-    if len(rows) < k:
-        neg_rows, neg = _largest(cand[sim < 0], sim[sim < 0], k - len(rows))
-        rows, best = np.concatenate([rows, neg_rows]), np.concatenate([best, neg])
-    return rows, 1.0 - best
 
 # %% ../nbs/11_neighbours.ipynb #2e1101f0
 def text_circuits(
