@@ -299,7 +299,7 @@ def render_report(out: Path, state: dict) -> str:
                 f"adjective the stories put beside it at least {pa['min_count']} times (“a red ball”, “The sky was blue”). "
                 f"With each noun given another noun's adjective, the model “knows” {ks:.0f} pairs on average, against "
                 f"{pa['known_pairs']} with the stories' own: {chance_reading(ks, pa['known_pairs'])}.")
-    cards = [(f"{tr['eval_ppl']:.1f}", f"held-out perplexity (unigram baseline {tr['unigram_ppl']:.1f})"),
+    cards = [(f"{tr['eval_ppl']:.1f}", f"held-out perplexity (unigram baseline {tr['unigram_ppl']:.0f})"),
              (f"{tr['eval_loss']:.2f}", f"held-out loss, nats per token (unigram {tr['unigram_loss']:.2f})"),
              (f"{rec['circuits']:,}", f"circuits recorded from {rec['documents']} held-out stories"), nie,
              (f"{us['fraction_used']:.0%}", "of the neurons used at least once (mean over layers and channels)"),
@@ -339,7 +339,7 @@ def _what(name: str, r: dict) -> str:
     if name == 'train':
         resumed = f" (resumed at step {r['start_step']})" if r['start_step'] else ''
         if r.get('reference'): resumed = ' (the committed reference model)'
-        return f"{r['steps']} steps{resumed}: held-out perplexity {r['eval_ppl']:.1f} vs unigram {r['unigram_ppl']:.1f}"
+        return f"{r['steps']} steps{resumed}: held-out perplexity {r['eval_ppl']:.1f} vs unigram {r['unigram_ppl']:.0f}"
     if name == 'record': return f"{r['circuits']:,} circuits of {r['documents']} held-out stories"
     if name == 'embedding': return f"UMAP of {r['points']:,} circuits of the most frequent tokens"
     if name == 'neighbours':
