@@ -369,8 +369,8 @@ class CircuitDB:
         lo, hi = max(start, row - width), min(end, row + width + 1)
         s = t.token_str.iloc[lo:hi].tolist()  # only the window: converting the whole column costs as much as the table
         tok = s[row - lo]
-        lead = tok[:len(tok) - len(tok.lstrip())]
-        text = ''.join(s[:row - lo]) + lead + mark[0] + tok.lstrip() + mark[1] + ''.join(s[row - lo + 1:])
+        lead = tok[:len(tok) - len(tok.lstrip())] if tok.strip() else ''  # a token of whitespace alone (a newline) is marked whole
+        text = ''.join(s[:row - lo]) + lead + mark[0] + tok[len(lead):] + mark[1] + ''.join(s[row - lo + 1:])
         return text.replace('\n', '↵').strip()
 
 # %% ../nbs/10_record.ipynb #bb482a65
