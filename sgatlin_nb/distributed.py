@@ -241,7 +241,8 @@ class Watchdog:
                 try:
                     with open(path, mode) as f: f.write(text)
                 except OSError: pass  # the report's line on stderr still says it
-        print(f"sgatlin train: no progress for {idle:.0f} s (limit {self.limit_s:.0f} s) after step {self.step}, while "
+        secs = lambda s: f'{s:.0f}' if s >= 10 else f'{s:.2g}'  # 0.51 s, 7.3 s, 1234 s
+        print(f"sgatlin train: no progress for {secs(idle)} s (limit {secs(self.limit_s)} s) after step {self.step}, while "
               f"{self.doing}, in process {report['process']} of {report['processes']}: ending it with status "
               f"{STALLED_EXIT} so the job can be requeued and resume from its last checkpoint", file=sys.stderr, flush=True)
         self.exit(STALLED_EXIT)
