@@ -106,10 +106,12 @@ def resolve_corpus(
         hub_id, _, split = hub.partition(':')
         return Corpus(name, hub=hub_id, split=split or 'train', streaming=hub_id in STREAMED)
     where = f'{root / local}' if root is not None else f'${DATA_DIR_ENV}/{local} (no data folder: ${DATA_DIR_ENV} is empty)'
-    raise FileNotFoundError(
-        f"corpus {name!r} not found: looked at {Path(name).resolve()} and {where}; pass an existing path, "
-        f"set {DATA_DIR_ENV} to the folder that holds {local!r}, or name a hub dataset 'owner/name[:split]' "
-        f"(aliases: {', '.join(CORPORA)})")
+    absolute = Path(local).expanduser().is_absolute()  # no data folder holds an absolute path: it is looked at once
+    looked = str(Path(name).expanduser().resolve()) + ('' if absolute else f' and {where}')
+    ways = ['pass an existing path', *([] if absolute else [f'set {DATA_DIR_ENV} to the folder that holds {local!r}']),
+            "name a hub dataset 'owner/name[:split]'"]
+    raise FileNotFoundError(f"corpus {name!r} not found: looked at {looked}; {', '.join(ways[:-1])} or {ways[-1]} "
+                            f"(aliases: {', '.join(CORPORA)})")
 
 # %% ../nbs/05_data.ipynb #18149f13
 EOT, PAD = '<|endoftext|>', '<|pad|>'

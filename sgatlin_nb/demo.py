@@ -76,6 +76,8 @@ def demo_corpora(data: str) -> tuple[str, str]:
     train_src, valid_src = PAIRED.get(data, (data, None))
     for src in dict.fromkeys([train_src, valid_src or train_src]):
         try: next(read_texts(src, max_docs=1))
+        except FileNotFoundError as e:  # not found: the message says where it looked and what to pass instead
+            raise RunError(f"cannot read the corpus {src!r}: {one_line(e).removeprefix(f'corpus {src!r} ')}") from None
         except Exception as e:
             raise RunError(f"cannot read the corpus {src!r} ({type(e).__name__}: {one_line(e)}); pass --data with an "
                            f"existing path or set SGATLIN_DATA_DIR") from None
