@@ -295,8 +295,8 @@ def gpu_table(presets: list[tuple[str, TrainConfig]], n_devices: int = 8, lower=
 # %% ../nbs/92_gpu.ipynb #69cecde5
 def table_markdown(table: pd.DataFrame) -> str:
     "The columns of `gpu_table` a reader needs, as a markdown table (sizes in GB per device)."
-    head = ['preset', 'params', 'FLOPs/token (paper)', 'seqs/device', 'params', 'AdamW', 'grads',
-            'activations (analytic)', 'gathered weights', 'total', 'fits 80 GB', 'lowered']
+    head = ['preset', 'parameters', 'FLOPs/token (paper)', 'seqs/device', 'params GB', 'AdamW GB', 'grads GB',
+            'activations GB (analytic)', 'gathered weights GB', 'total GB', 'fits 80 GB', 'lowered']
     lines = ['| ' + ' | '.join(head) + ' |', '|---|' + '---:|' * (len(head) - 1)]
     for name, r in table.iterrows():
         lines.append(f"| {name} | {r.params / 1e6:,.0f}M | {r.flops_paper / 1e6:,.0f}M | {r.seqs_per_device} | "

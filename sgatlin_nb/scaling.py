@@ -377,7 +377,8 @@ def merge_results(files, out: str | Path, log=print) -> dict:
     merged = {'parts': parts, 'missing': missing}
     if jax.process_index() == 0: _write_json(Path(out), merged)
     if log:
-        log(f"merged {sum(len(q['runs']) for q in parts)} runs of {len(parts)} protocol(s) into {out}"
+        n_runs = sum(len(q['runs']) for q in parts)
+        log(f"merged {n_runs} run{'s' * (n_runs != 1)} of {len(parts)} protocol{'s' * (len(parts) != 1)} into {out}"
             + (f"; missing {len(missing)}: {', '.join(missing)}" if missing else ''))
     return merged
 
@@ -427,7 +428,7 @@ def sparsity_chart(df: pd.DataFrame, corpus: str) -> alt.LayerChart:
 
 # %% ../nbs/07_scaling.ipynb #nz000002
 def retrain_run(results_path: str | Path, key: str, protocol: Protocol) -> dict:
-    "Run `key` of the results file `results_path` trained again by today's code in a temporary folder: its new record (the file is left as it is)."
+    "Run `key` of the results file `results_path` trained again by the installed package in a temporary folder: its new record (the file is left as it is)."
     results = read_results(results_path)
     record = next((r for r in results['runs'] if r['key'] == key), None)
     if record is None: raise RunError(f"{results_path} holds no run {key!r}")
@@ -527,7 +528,7 @@ def split_tokens(protocol: Protocol, corpus: str) -> int:
 
 def newest_runs(*frames: pd.DataFrame) -> pd.DataFrame:
     """`results_frame` tables joined into one, a run of a later table replacing the run of the same key in an earlier
-    one: a point trained again (with today's code) counts once, as retrained."""
+    one: a point trained again counts once, as retrained."""
     return pd.concat(frames, ignore_index=True).drop_duplicates('key', keep='last').reset_index(drop=True)
 
 def fieller_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0,
