@@ -25,8 +25,10 @@ def _one_line_error(res):
 
 
 def test_demo_bad_input(tmp_path, data_dir):
-    line = _one_line_error(run_sgatlin(["demo", "--out", str(tmp_path / "d"), "--data", str(tmp_path / "nope.txt"), *TINY], data_dir))
+    nope = str(tmp_path / "nope.txt")
+    line = _one_line_error(run_sgatlin(["demo", "--out", str(tmp_path / "d"), "--data", nope, *TINY], data_dir))
     assert "cannot read the corpus" in line and not (tmp_path / "d").exists()
+    assert line.count(nope) == 2 and line.count("pass ") == 1, line  # named, looked at once (an absolute path), one piece of advice
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("not a demo")
