@@ -404,7 +404,7 @@ def dependent_loads(ttir: str) -> int:
 
 @functools.lru_cache(maxsize=None)
 def compiled_resources(ir: bytes, num_warps: int, capability: int = 90) -> dict:
-    "Registers per thread, spilled bytes per thread and shared bytes of a Triton kernel (its IR bytecode) compiled for `sm_{capability}` by the `triton` package: no GPU needed."
+    "Registers per thread, spilled bytes per thread, shared bytes and asynchronous copies (`cp.async`: loads Triton's pipeliner issues ahead of their use) of a Triton kernel (its IR bytecode) compiled for `sm_{capability}` by the `triton` package: no GPU needed."
     try:
         import triton
         from triton.backends.compiler import GPUTarget
@@ -419,7 +419,8 @@ def compiled_resources(ir: bytes, num_warps: int, capability: int = 90) -> dict:
         tool = Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'cuobjdump'
         usage = subprocess.run([str(tool), '-res-usage', str(Path(d) / 'k.cubin')], capture_output=True, text=True, check=True).stdout
     m = re.search(r'REG:(\d+) STACK:\d+ SHARED:(\d+) LOCAL:(\d+)', usage)
-    return {'registers': int(m[1]), 'spilled': int(m[3]), 'shared': int(m[2]) + k.metadata.shared, 'warps': num_warps}
+    return {'registers': int(m[1]), 'spilled': int(m[3]), 'shared': int(m[2]) + k.metadata.shared, 'warps': num_warps,
+            'async_copies': k.asm['ptx'].count('cp.async')}
 
 def programs_per_sm(r: dict, sm: dict = SM90) -> int:
     "Programs a multiprocessor holds at once, from `compiled_resources` (registers allocated in multiples of 8 per thread)."
@@ -550,7 +551,7 @@ def adamw_bytes(ffw: FFWConfig, n_layers: int) -> int:
 
 def calibration_figures(bench: dict, before: dict, n_blocks: int = 4) -> dict:
     "The cost model's figures (name -> figure) from a `gpu_bench.py` result (`bench`) and the inventories of the steps it timed (`before['steps']`, lowered from the code it ran): the three kernels and the gate alone, the layer at rungs 4, 6 and 8, the steps of sgatlin and PEER."
-    for inv in before['steps'].values():  # lowered before `kernel_inventory` counted dependent loads: today's 'gpu' loop bodies
+    for inv in before['steps'].values():  # lowered before `kernel_inventory` counted dependent loads: the 'gpu' loop bodies
         for k in inv['kernels']: k.setdefault('dependent_loads', CALIBRATED_LOADS)
     alone = kernel_bench_inventory()
     figures = {f'kernel {n}': {'measured_s': bench['kernels'][n]['GPU kernels']['us'] * 1e-6, 'inventory': alone[n], 'n_gates': 0}
