@@ -253,10 +253,10 @@ def bench_decode(res, save, a, gpu, deadline):
 def bench_predictions(res, save, a):
     "The cost model of 92_gpu, fitted to the committed H200 figures, priced at this device's bandwidth: each step design of this run (its dense work from this run's twin, in the H200's proportion) and each kernel alone at s6's sizes. Needs the `triton` package (to read the kernels' registers); without it the predictions are left to 92_gpu."
     from sgatlin_nb.gpu import (adamw_bytes, calibration_figures, figure_seconds, fit_cost_model, kernel_bench_inventory,
-                                sparse_seconds, step_inventory)
+                                read_timed_inventories, sparse_seconds, step_inventory)
     root = Path(__file__).resolve().parents[1]
     bench = json.loads((root / 'benchmarks' / 'results' / 'gpu_bench_nvidia_h200.json').read_text())
-    before = json.loads((root / 'nbs' / 'results' / 'cost_inventory_30851f6.json').read_text())
+    before = read_timed_inventories(root / 'nbs' / 'results' / 'cost_inventory_30851f6.json')
     try:
         figures = calibration_figures(bench, before)
     except RuntimeError as e:  # no triton here

@@ -357,6 +357,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'sgatlin_nb.gpu.preset_ends': ('gpu.html#preset_ends', 'sgatlin_nb/gpu.py'),
                                 'sgatlin_nb.gpu.preset_row': ('gpu.html#preset_row', 'sgatlin_nb/gpu.py'),
                                 'sgatlin_nb.gpu.programs_per_sm': ('gpu.html#programs_per_sm', 'sgatlin_nb/gpu.py'),
+                                'sgatlin_nb.gpu.read_timed_inventories': ('gpu.html#read_timed_inventories', 'sgatlin_nb/gpu.py'),
                                 'sgatlin_nb.gpu.sparse_seconds': ('gpu.html#sparse_seconds', 'sgatlin_nb/gpu.py'),
                                 'sgatlin_nb.gpu.step_inventory': ('gpu.html#step_inventory', 'sgatlin_nb/gpu.py'),
                                 'sgatlin_nb.gpu.table_markdown': ('gpu.html#table_markdown', 'sgatlin_nb/gpu.py'),

@@ -10,11 +10,13 @@ __all__ = ['H100_BYTES', 'TRITON_CALL', 'COLLECTIVES', 'ROUTED_KINDS', 'SUBMIT_L
            'gpu_path_problems', 'gpu_table', 'table_markdown', 'min_grad_accum', 'equal_flops_swiglu',
            'time_train_step', 'export_cuda', 'dependent_loads', 'compiled_resources', 'programs_per_sm',
            'kernel_inventory', 'kernel_bench_inventory', 'layer_bench_inventory', 'step_inventory', 'kernel_seconds',
-           'sparse_seconds', 'figure_seconds', 'fit_cost_model', 'adamw_bytes', 'calibration_figures']
+           'sparse_seconds', 'figure_seconds', 'fit_cost_model', 'adamw_bytes', 'read_timed_inventories',
+           'calibration_figures']
 
 # %% ../nbs/92_gpu.ipynb #4be563a8
 import dataclasses
 import functools
+import json
 import math
 import re
 import subprocess
@@ -549,10 +551,15 @@ def adamw_bytes(ffw: FFWConfig, n_layers: int) -> int:
     "Bytes AdamW moves per step over `n_layers` feedforward layers of `ffw`: read parameter, gradient and two moments, write three (float32)."
     return n_layers * ffw_cost(ffw).params * 4 * 7
 
+def read_timed_inventories(path: str | Path) -> dict:
+    "The inventories of the steps the H200 timed (`nbs/results/cost_inventory_30851f6.json`), each kernel given `CALIBRATED_LOADS` dependent loads: the file predates the count, and its kernels have the `gpu` loop bodies (92_gpu checks their count)."
+    inv = json.loads(Path(path).read_text())
+    for step in inv['steps'].values():
+        step['kernels'] = [{'dependent_loads': CALIBRATED_LOADS, **k} for k in step['kernels']]
+    return inv
+
 def calibration_figures(bench: dict, before: dict, n_blocks: int = 4) -> dict:
     "The cost model's figures (name -> figure) from a `gpu_bench.py` result (`bench`) and the inventories of the steps it timed (`before['steps']`, lowered from the code it ran): the three kernels and the gate alone, the layer at rungs 4, 6 and 8, the steps of sgatlin and PEER."
-    for inv in before['steps'].values():  # lowered before `kernel_inventory` counted dependent loads: the 'gpu' loop bodies
-        for k in inv['kernels']: k.setdefault('dependent_loads', CALIBRATED_LOADS)
     alone = kernel_bench_inventory()
     figures = {f'kernel {n}': {'measured_s': bench['kernels'][n]['GPU kernels']['us'] * 1e-6, 'inventory': alone[n], 'n_gates': 0}
                for n in ('gather_dot', 'gather_combine', 'table gradient')}
