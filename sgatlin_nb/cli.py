@@ -236,7 +236,7 @@ def runs(root: str = 'runs'):  # folder to search (at any depth) for training ru
 
 # %% ../nbs/90_cli.ipynb #f8add114
 def _not_a_run(out, command: str):
-    "Refuse an `--out` that names a training run: before `--run` existed, `--out` named the run these commands read."
+    "Refuse an `--out` that names a training run: `--out` names what the command writes; the run it reads is `--run`."
     if out is not None and (Path(out) / 'run.json').exists():
         raise RunError(f"--out names the folder `sgatlin {command}` writes, and {out} is a training run: "
                        f"name the run with --run {out}")
@@ -630,7 +630,7 @@ EXAMPLES = {
     'kernel': 'sgatlin kernel install',
 }
 RENAMED = {'eval': {'--out': '--run'}, 'sample': {'--out': '--run'}, 'patch': {'--results': '--out'},
-           'usage': {'--report': '--out'}, 'submit': {'--out-dir': '--out'}}  # old spelling: new spelling
+           'usage': {'--report': '--out'}, 'submit': {'--out-dir': '--out'}}  # an option a command refuses: the option to use
 
 def command_parser(name: str):
     "The argparse parser of `sgatlin NAME`, its help ending with an example line."
@@ -645,10 +645,10 @@ def command_parser(name: str):
     return parser
 
 def _renamed(name: str, args: list[str]) -> str | None:
-    "The refusal of an option spelled as in an earlier version, if `args` use one."
+    "The refusal of an option `RENAMED` maps to the one the command takes, if `args` use one."
     for old, new in RENAMED.get(name, {}).items():
         if any(a == old or a.startswith(old + '=') for a in args):
-            return (f"{old} is now {new} (--run is the training run a command reads, --out is what it writes): "
+            return (f"{old} is not an option of sgatlin {name}: use {new} (--run names the training run a command reads, --out what it writes): "
                     f"sgatlin {name} {new} ...")
 
 NUMBER_MIN = {  # the smallest value of each numeric option of every command; None: any integer (checked where used)

@@ -77,10 +77,10 @@ def test_not_a_run(tmp_path, data_dir, run20):
     _fails(run_in_process(["eval", "--run", str(tmp_path / "empty")], data_dir), "holds no sgatlin run")
     _fails(run_in_process(["sample", "--run", str(tmp_path / "db")], data_dir), "is a circuit database, not a training run")
     assert {d: snapshot(tmp_path / d) for d in ("empty", "db")} == before  # the folders refused are left as they were
-    # the spellings of earlier versions say what to type now, and do not run
-    _fails(run_in_process(["eval", "--out", str(run20)], data_dir), "--out is now --run")
-    _fails(run_in_process(["patch", "--results", str(tmp_path / "x")], data_dir), "--results is now --out")
-    _fails(run_in_process(["usage", "--report", str(tmp_path / "x")], data_dir), "--report is now --out")
+    # an option a command refuses (RENAMED) names the one to use, and nothing runs
+    _fails(run_in_process(["eval", "--out", str(run20)], data_dir), "--out is not an option of sgatlin eval: use --run")
+    _fails(run_in_process(["patch", "--results", str(tmp_path / "x")], data_dir), "--results is not an option of sgatlin patch: use --out")
+    _fails(run_in_process(["usage", "--report", str(tmp_path / "x")], data_dir), "--report is not an option of sgatlin usage: use --out")
     _fails(run_in_process(["usage", "--out", str(run20)], data_dir), f"name the run with --run {run20}")
     assert not (tmp_path / "x").exists()
 
