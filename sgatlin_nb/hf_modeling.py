@@ -92,7 +92,8 @@ class SgatlinAttention(nn.Module):
         self.q_norm = SgatlinRMSNorm(E) if config.qk_norm else None
         self.k_norm = SgatlinRMSNorm(E) if config.qk_norm else None
 
-    def forward(self, x_BxTxD, positions_BxT, cache=None, key_mask_BxS=None):
+    def forward(self, x_BxTxD: torch.Tensor, positions_BxT: torch.Tensor, cache: DynamicCache | None = None,
+                key_mask_BxS: torch.Tensor | None = None):
         "Attention of `x` at `positions` to itself and the cached positions before it (`key_mask`: 0 for padding); the cache takes the new keys and values."
         dt = self.w_q.dtype
         x_BxTxD = x_BxTxD.to(dt)
@@ -295,7 +296,8 @@ class SgatlinBlock(nn.Module):
         self.attn = SgatlinAttention(config, layer_idx)
         self.ffw = FFW_KINDS[kind](config.ffw)
 
-    def forward(self, x_BxTxD, positions_BxT, cache=None, key_mask_BxS=None):
+    def forward(self, x_BxTxD: torch.Tensor, positions_BxT: torch.Tensor, cache: DynamicCache | None = None,
+                key_mask_BxS: torch.Tensor | None = None):
         "The block's output `[B, T, D]` (float32) for the stream `x` at `positions`."
         x_BxTxD = x_BxTxD + self.attn(self.attn_norm(x_BxTxD), positions_BxT, cache, key_mask_BxS).float()
         z_BxTxD = self.ffw_norm(x_BxTxD).to(self.attn.w_q.dtype)
