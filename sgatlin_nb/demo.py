@@ -341,7 +341,7 @@ def _what(name: str, r: dict) -> str:
     if name == 'train':
         resumed = f" (resumed at step {r['start_step']:,})" if r['start_step'] else ''
         if r.get('reference'): resumed = ' (the committed reference model)'
-        return f"{r['steps']:,} steps{resumed}: held-out perplexity {r['eval_ppl']:.1f} vs unigram {r['unigram_ppl']:.0f}"
+        return f"{r['steps']:,} steps{resumed}: held-out perplexity {r['eval_ppl']:,.1f} vs unigram {r['unigram_ppl']:.0f}"
     if name == 'record': return f"{r['circuits']:,} circuits of {r['documents']:,} held-out stories"
     if name == 'embedding': return f"UMAP of {r['points']:,} circuits of the most frequent tokens"
     if name == 'neighbours':
