@@ -552,7 +552,7 @@ def adamw_bytes(ffw: FFWConfig, n_layers: int) -> int:
     return n_layers * ffw_cost(ffw).params * 4 * 7
 
 def read_timed_inventories(path: str | Path) -> dict:
-    "The inventories of the steps the H200 timed (`nbs/results/cost_inventory_30851f6.json`), each kernel given `CALIBRATED_LOADS` dependent loads: the file predates the count, and its kernels have the `gpu` loop bodies (92_gpu checks their count)."
+    "The inventories of the steps the H200 timed (`nbs/results/cost_inventory_30851f6.json`), each kernel given `CALIBRATED_LOADS` dependent loads: the file holds no such count, and its kernels have the `gpu` loop bodies (92_gpu checks their count)."
     inv = json.loads(Path(path).read_text())
     for step in inv['steps'].values():
         step['kernels'] = [{'dependent_loads': CALIBRATED_LOADS, **k} for k in step['kernels']]
