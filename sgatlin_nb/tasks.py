@@ -271,11 +271,11 @@ class Scorer:
 
 # %% ../nbs/08a_tasks.ipynb #ta000023
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    "The Wilson score interval of a proportion `k / n` (95% by default)."
+    "The Wilson score interval of a proportion `k / n` (95% by default), within [0, 1]."
     if n == 0: return (float('nan'), float('nan'))
     p, d = k / n, 1 + z * z / n
     mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (mid - half, mid + half)
+    return (max(0.0, mid - half), min(1.0, mid + half))  # exact 0 and 1 at the ends: no -0.000 from rounding
 
 def bits_per_byte(nats, n_bytes, seed: int = 0, draws: int = 1000) -> tuple[float, tuple[float, float]]:
     "Bits per byte of the gold texts (total nats over total UTF-8 bytes, in bits) and a 95% bootstrap interval over items."
