@@ -933,6 +933,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.scaling.fieller_crossover': ('scaling.html#fieller_crossover', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.fit_frontier': ('scaling.html#fit_frontier', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.fits_cross': ('scaling.html#fits_cross', 'sgatlin_nb/scaling.py'),
+                                    'sgatlin_nb.scaling.flops_label': ('scaling.html#flops_label', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.frontier': ('scaling.html#frontier', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.frontier_chart': ('scaling.html#frontier_chart', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.interpolate_optimum': ('scaling.html#interpolate_optimum', 'sgatlin_nb/scaling.py'),

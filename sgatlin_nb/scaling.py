@@ -6,12 +6,12 @@
 __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDER', 'PAPER_RECIPE', 'CPU_RECIPE',
            'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
            'NOISE_SETTINGS', 'REPETITION_CORPUS', 'REPETITION_PROTOCOL', 'rung', 'Ladder', 'ladder_table',
-           'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol', 'paper_protocol', 'paper_points',
-           'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point', 'read_results', 'record_point', 'stale_runs',
-           'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart', 'sparsity_chart',
-           'retrain_run', 'rerun_noise', 'noise_tolerance', 'frontier', 'interpolate_optimum', 'fit_frontier',
-           'fits_cross', 'split_tokens', 'newest_runs', 'fieller_crossover', 'paired_gaps', 'bootstrap_crossover',
-           'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
+           'flops_label', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol', 'paper_protocol',
+           'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point', 'read_results', 'record_point',
+           'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart',
+           'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance', 'frontier', 'interpolate_optimum',
+           'fit_frontier', 'fits_cross', 'split_tokens', 'newest_runs', 'fieller_crossover', 'paired_gaps',
+           'bootstrap_crossover', 'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
 import dataclasses
@@ -125,6 +125,10 @@ def ladder_table(ladder: Ladder, scales, *, vocab_size: int, seq_len: int, kinds
     return pd.DataFrame(rows)
 
 # %% ../nbs/07_scaling.ipynb #c0abcc9d
+def flops_label(flops: float, fmt: str = '.3g') -> str:
+    "A FLOP count as the pages write it: `2e11` and `1.28e13`, not `2e+11` (`fmt` is any float format, `'.2e'` for three digits)."
+    return format(flops, fmt).replace('e+', 'e')
+
 def budget_steps(budget: float, flops_per_token: float, batch_size: int, seq_len: int) -> int:
     "Whole optimizer steps of `batch_size × seq_len` tokens that `budget` training FLOPs pay for."
     if not budget > 0: raise ValueError(f"budget must be a positive number of FLOPs, got {budget!r}")

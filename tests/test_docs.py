@@ -833,3 +833,34 @@ def test_executed_page_weighs_at_most_1_mb(name, executed_nbs):
     heavy = sorted(((sum(len(_text(o)) for o in c.get("outputs", [])), i) for i, c in enumerate(nb.cells)), reverse=True)[:3]
     assert size <= PAGE_WEIGHT, (f"{name}: the executed notebook weighs {size / 1e6:.2f} MB, over {PAGE_WEIGHT / 1e6:.0f} MB; "
                                  f"heaviest outputs: " + ", ".join(f"cell {i} {w / 1e3:.0f} kB" for w, i in heavy))
+
+
+# What an f-string's field looks like when the `f` was left off: a conditional (`{'a' if x else 'b'}`), a private name
+# (`{_seeds}`, `{_e(b)}`) or a name with a format spec (`{gap:+.1%}`). Prose and tables print none of these.
+_TEMPLATE = re.compile(r"\{(?:[^{}\n]*\bif\b[^{}\n]*\belse\b[^{}\n]*|_\w+(?:[.\[(][^{}\n]*)?"
+                       r"|[A-Za-z_][\w.]*(?:\[[^{}\n\]]*\]|\([^{}\n)]*\))*:[<>^=+ ,._\d]*[%bdefgnosxX])\}")
+
+
+def template_leftovers(nb) -> list[str]:
+    "The unformatted f-string fields a notebook's outputs show (Markdown, plain text, HTML's text, streams)."
+    return output_hits(nb, _TEMPLATE, _shown_output_text)
+
+
+def test_template_leftovers_are_caught():
+    "A field printed as written (no `f` before the string) is caught; a dict, a set, JSON or LaTeX braces are not."
+    md = lambda t: nbformat.v4.new_output("display_data", {"text/markdown": t})
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("a()", outputs=[md("with {'three seeds' if len(_seeds) > 2 else 'one pair'} as noise")]),
+        nbformat.v4.new_code_cell("b()", outputs=[md("the gap is {gap:+.1%} at `{_e(b)}`")]),
+        nbformat.v4.new_code_cell("c()", outputs=[md("seeds {_seeds}")]),
+        nbformat.v4.new_code_cell("d()", outputs=[md("{'mlp': 3, 'moe': 2} {1, 2} {\"step\": 5} $\\frac{a}{b}$ {x: 3}")])])
+    assert [h.split(":")[0] for h in template_leftovers(nb)] == ["code cell 0", "code cell 1", "code cell 2"], template_leftovers(nb)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_outputs_show_no_unformatted_field(name, executed_nbs):
+    "No executed output shows an f-string's field as written: a string that lost its `f` (under 1 s a page)."
+    path = executed_nbs / name
+    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
+    hits = template_leftovers(nbformat.read(path, as_version=4))
+    assert not hits, f"{name}: outputs show f-string fields as written (is an `f` missing?):\n" + "\n".join(hits[:10])
