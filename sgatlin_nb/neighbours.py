@@ -76,7 +76,7 @@ class NeighbourIndex:
         self.token_ids = None if token_ids is None else np.asarray(token_ids)
 
     def __repr__(self):
-        return (f"NeighbourIndex({self.n_rows:,} circuits, {self.n_channels} channels × k={self.k} of {self.d_ffw}; "
+        return (f"NeighbourIndex({self.n_rows:,} circuits, {self.n_channels} channels × k={self.k} of {self.d_ffw:,}; "
                 f"{self.postings.nnz:,} postings)")
 
     def _allowed(self, token_ids, exclude_rows) -> np.ndarray | None:

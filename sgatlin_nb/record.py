@@ -321,7 +321,7 @@ class CircuitDB:
     def __repr__(self):  # the folder relative to the working directory, else its name alone
         c = self.manifest['counts']
         return (f"CircuitDB({_shown(self.path)!r}: {c['tokens']:,} tokens of {c['documents']:,} documents, "
-                f"{self.n_layers} layers × {self.n_channels} channels × k={self.k} of {self.d_ffw})")
+                f"{self.n_layers} layers × {self.n_channels} channels × k={self.k} of {self.d_ffw:,})")
 
     @cached_property
     def tokens(self) -> pd.DataFrame:

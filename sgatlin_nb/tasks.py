@@ -368,7 +368,7 @@ def _interval(x, ci) -> str:
 def tasks_table(results: dict):
     "One row per task: accuracy, length-normalised accuracy and bits per byte with their 95% intervals, chance, items, seconds."
     import pandas as pd
-    return pd.DataFrame([{'task': n, 'items': r['items'], 'accuracy': _interval(r['acc'], r['acc_ci']),
+    return pd.DataFrame([{'task': n, 'items': f"{r['items']:,}", 'accuracy': _interval(r['acc'], r['acc_ci']),
                           'acc_norm': _interval(r['acc_norm'], r['acc_norm_ci']),
                           'chance': '' if r['chance'] is None else f"{r['chance']:.3f}",
                           'bits per byte': _interval(r['bpb'], r['bpb_ci']), 'seconds': round(r['seconds'], 1)}
