@@ -329,9 +329,13 @@ class TokenFile:
 
     def __len__(self): return len(self.tokens)
     @property
-    def eot_id(self) -> int: return self.meta['eot_id']
+    def eot_id(self) -> int:
+        "The end-of-text id that precedes each document (a property: read it without a call)."
+        return self.meta['eot_id']
     @property
-    def vocab_size(self) -> int: return self.meta['vocab_size']
+    def vocab_size(self) -> int:
+        "The vocabulary size of the tokenizer that wrote the ids (a property: read it without a call)."
+        return self.meta['vocab_size']
     @cached_property
     def doc_starts(self) -> np.ndarray:
         "Position of each document's leading end-of-text (found once, then kept)."
