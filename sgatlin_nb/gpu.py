@@ -220,9 +220,12 @@ def partition_checks(r: dict) -> list[str]:
     if abs(r['flops'] / r['flops_alone'] - 1) > 0.01:
         bad.append(f"each device computes {r['flops'] / r['flops_alone']:.2f}x the FLOPs of one device on its rows alone")
     if r['loop_trips'] != r['loop_trips_alone']:
-        bad.append(f"loop trips {r['loop_trips']} per device, {r['loop_trips_alone']} for its rows alone")
+        n, alone = sum(r['loop_trips']), sum(r['loop_trips_alone'])
+        bad.append(f"loop trips {n:,} per device ({len(r['loop_trips'])} loops), {alone:,} for its rows alone"
+                   + (f" ({n / alone:.1f}x)" if alone else ''))
     if r['top_k'] != r['top_k_alone']:
-        bad.append(f"top-k over {r['top_k']} per device, {r['top_k_alone']} for its rows alone")
+        counted = lambda shapes: ', '.join(f"{shapes.count(s)} × {s}" for s in dict.fromkeys(shapes)) or 'none'
+        bad.append(f"top-k over {counted(r['top_k'])} per device, {counted(r['top_k_alone'])} for its rows alone")
     return bad
 
 

@@ -385,7 +385,7 @@ def sample_texts(
     if not isinstance(n_docs, int) or not 1 <= n_docs <= len(texts):
         raise ValueError(f"n_docs must be in [1, {len(texts)}] (the documents of {data}) or None, got {n_docs!r}")
     pick = np.sort(np.random.default_rng(seed).choice(len(texts), n_docs, replace=False))
-    return [texts[i] for i in pick], f'{data}: {n_docs} random documents of {len(texts)} (seed {seed})'
+    return [texts[i] for i in pick], f'{data}: {n_docs:,} random documents of {len(texts):,} (seed {seed})'
 
 def record_run(
     run: str | Path,   # a training run directory
