@@ -243,6 +243,13 @@ def test_site_layout_and_render_page():
     assert Path(MATHJAX_URL.split("?")[0].removeprefix("file://")).is_file()
 
 
+def executed_page(executed_nbs, name: str):
+    "The executed notebook `name` (as nbformat reads it), failing if the notebook stage did not write it."
+    path = executed_nbs / name
+    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
+    return nbformat.read(path, as_version=4)
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_page_renders_in_a_browser(name, executed_nbs, processed_nbs, browser):
     src_nb = nbformat.read(ROOT / "nbs" / name, as_version=4)
@@ -740,9 +747,7 @@ def long_floats(nb) -> list[str]:
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_outputs_print_no_float_past_its_precision(name, executed_nbs):
     "No executed output prints a number past its precision: `1.000000e+17`, `0.1234567890123456`, `38.000000` (under 1 s a page)."
-    path = executed_nbs / name
-    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
-    hits = long_floats(nbformat.read(path, as_version=4))
+    hits = long_floats(executed_page(executed_nbs, name))
     if name in KNOWN_LONG_FLOATS:
         assert hits, f"{name} prints no long float any more: drop it from KNOWN_LONG_FLOATS"
         return
@@ -784,9 +789,7 @@ def test_progress_bars_are_caught():
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_outputs_show_no_progress_bar(name, executed_nbs):
     "No executed output shows a progress bar's text: a page's call passes `progress=False` (under 1 s a page)."
-    path = executed_nbs / name
-    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
-    hits = progress_bars(nbformat.read(path, as_version=4))
+    hits = progress_bars(executed_page(executed_nbs, name))
     assert not hits, f"{name}: outputs show a progress bar (pass progress=False on the page):\n" + "\n".join(hits[:10])
 
 
@@ -814,9 +817,7 @@ def test_run_clock_times_are_caught():
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_outputs_show_no_run_clock_time(name, executed_nbs):
     "No executed output prints the date and time of the run that executed it (a duration or a state instead; under 1 s a page)."
-    path = executed_nbs / name
-    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
-    hits = run_clock_times(nbformat.read(path, as_version=4))
+    hits = run_clock_times(executed_page(executed_nbs, name))
     assert not hits, f"{name}: outputs print the run's date and time (it changes at every run):\n" + "\n".join(hits[:10])
 
 
@@ -860,7 +861,5 @@ def test_template_leftovers_are_caught():
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_outputs_show_no_unformatted_field(name, executed_nbs):
     "No executed output shows an f-string's field as written: a string that lost its `f` (under 1 s a page)."
-    path = executed_nbs / name
-    assert path.exists(), f"{path} is missing: the executed notebooks are incomplete"
-    hits = template_leftovers(nbformat.read(path, as_version=4))
+    hits = template_leftovers(executed_page(executed_nbs, name))
     assert not hits, f"{name}: outputs show f-string fields as written (is an `f` missing?):\n" + "\n".join(hits[:10])
