@@ -230,11 +230,24 @@ def test_spacy_guard(monkeypatch):
         template_pairs(["The cat was sleepy."], 'stanza')
 
 
-def test_patch_experiment_end_to_end(tmp_path, data_dir, monkeypatch):
-    "A 30-step test-tiny run, then the whole experiment into a directory."
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, data_dir):
+    "A 30-step test-tiny run, trained once for the tests below, which only read it (checked after each)."
+    from conftest import snapshot
+    run = tmp_path_factory.mktemp("tiny") / "run"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SGATLIN_DATA_DIR", str(data_dir))
+    train(PRESETS['test-tiny'], 'tinystories', run, progress=False)
+    mp.undo()
+    before = snapshot(run)
+    yield run
+    assert snapshot(run) == before, "a test wrote into the shared run"
+
+
+def test_patch_experiment_end_to_end(tiny_run, tmp_path, data_dir, monkeypatch):
+    "The whole experiment on a 30-step test-tiny run, into a directory."
     monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
-    train(PRESETS['test-tiny'], 'tinystories', tmp_path / 'run', progress=False)
-    table = patch_experiment(tmp_path / 'run', tmp_path / 'out', min_count=1, n_boot=100)
+    table = patch_experiment(tiny_run, tmp_path / 'out', min_count=1, n_boot=100)
     assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == [
         'nie.csv', 'nie.html', 'nie.png', 'pairs.csv', 'per_pair.csv']
     assert (tmp_path / 'out' / 'nie.png').read_bytes()[:4] == b'\x89PNG'
@@ -247,22 +260,21 @@ def test_patch_experiment_end_to_end(tmp_path, data_dir, monkeypatch):
     assert len(per_pair) == n * (n - 1) and (per_pair.clean != per_pair.patch).all()
 
 
-def test_patch_experiment_paper_nouns_without_bos(tmp_path, data_dir, monkeypatch):
+def test_patch_experiment_paper_nouns_without_bos(tiny_run, tmp_path, data_dir, monkeypatch):
     "The paper's 8 nouns need no corpus; bos=False gives the three-token prompts."
     monkeypatch.setenv("SGATLIN_DATA_DIR", str(data_dir))
-    train(PRESETS['test-tiny'], 'tinystories', tmp_path / 'run', progress=False)
-    table = patch_experiment(tmp_path / 'run', tmp_path / 'out', nouns='paper', bos=False, n_boot=50)
+    table = patch_experiment(tiny_run, tmp_path / 'out', nouns='paper', bos=False, n_boot=50)
     assert list(dict.fromkeys(table.position)) == ['The', '[noun]', 'was', 'all positions']
     assert table.n_pairs.iloc[0] == 56
     assert pd.read_csv(tmp_path / 'out' / 'pairs.csv').noun.tolist() == list(PAPER_NOUNS)
     with pytest.raises(ValueError, match="nouns must be one of"):
-        patch_experiment(tmp_path / 'run', tmp_path / 'x', nouns='mine')
-    by_ffw = patch_experiment(tmp_path / 'run', tmp_path / 'ffw', nouns='paper', bos=False, n_boot=50, site='ffw_out')
+        patch_experiment(tiny_run, tmp_path / 'x', nouns='mine')
+    by_ffw = patch_experiment(tiny_run, tmp_path / 'ffw', nouns='paper', bos=False, n_boot=50, site='ffw_out')
     assert set(pd.read_csv(tmp_path / 'ffw' / 'nie.csv').site) == {'ffw_out'}
     assert set(pd.read_csv(tmp_path / 'out' / 'nie.csv').site) == {'gates'}
     assert (by_ffw.n_known == table.n_known).all() and not np.allclose(by_ffw.median_all, table.median_all)
     with pytest.raises(ValueError, match="site must be one of"):
-        patch_experiment(tmp_path / 'run', tmp_path / 'x', nouns='paper', site='mlp_out')
+        patch_experiment(tiny_run, tmp_path / 'x', nouns='paper', site='mlp_out')
 
 
 def test_rows_equal_index_form(setup):

@@ -32,12 +32,12 @@ def page_line(page: str) -> str:
 
 
 # Each page's paper line with the miniature switch. nbdev-test runs every page whole, so here each task runs the page's
-# lean copy (`--lean-tasks all`: its code, imports, parameters and heavy cells), except 07's first task, which runs the
-# whole page as the paper line asks, so that the lean copies of the other tasks are checked against it.
+# lean copy (`--lean-tasks all`: its code, imports, parameters and heavy cells); 07's first task too, where the paper
+# line runs the whole page (test_slurm's test_sbatch_text checks that the script gives its first task the page).
 LEAN = " --lean-tasks all"
 LINES = {
     "06_train": page_line("06_train.ipynb") + " -p miniature=True" + LEAN,
-    "07_scaling": paper_line(miniature=True),
+    "07_scaling": paper_line(miniature=True) + LEAN,
     "08_ablations": page_line("08_ablations.ipynb") + " -p miniature=True" + LEAN,
     "08a_tasks": page_line("08a_tasks.ipynb") + " -p miniature=True" + LEAN,
     "13_intervention": page_line("13_intervention.ipynb") + " -p miniature=True" + LEAN,
@@ -116,9 +116,9 @@ def test_07_array_merge_and_figures(miniature_runs):
     assert sorted(p.name for p in run_dir.iterdir() if p.name.isdigit()) == sorted(str(i) for i in range(len(grid)))
     merged = json.loads((run_dir / "results.json").read_text())
     assert merged["missing"] == []
-    # --lean-tasks: the first task ran the whole page, the others its code, parameters and sweep cell only
+    # --lean-tasks all: every task ran the same lean copy (its code, parameters and sweep cell only)
     cells = [len(nbformat.read(run_dir / str(i) / "executed-0.ipynb", as_version=4).cells) for i in range(len(grid))]
-    assert cells[0] > 3 * max(cells[1:]) and len(set(cells[1:])) == 1, cells
+    assert len(set(cells)) == 1, cells
     budgets = [part["runs"][0]["budget"] for part in merged["parts"]]
     assert sorted(budgets) == sorted(MINI_GRID)  # one part per budget: each has its own batch and context
     runs = [r for part in merged["parts"] for r in part["runs"]]
@@ -300,7 +300,5 @@ def test_the_lean_pages_ran_lean(miniature_runs):
         nb = nbformat.read(miniature_runs[page] / "0" / "executed-0.ipynb", as_version=4)
         nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]  # papermill's own
         whole = nbformat.read(NBS / f"{page}.ipynb", as_version=4)
-        if LEAN in line:
-            assert all(c.cell_type == "code" for c in nb.cells) and len(nb.cells) < len(whole.cells) / 2, (page, len(nb.cells))
-        else:
-            assert len(nb.cells) == len(whole.cells), page
+        assert LEAN in line, line
+        assert all(c.cell_type == "code" for c in nb.cells) and len(nb.cells) < len(whole.cells) / 2, (page, len(nb.cells))

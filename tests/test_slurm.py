@@ -55,6 +55,12 @@ def test_sbatch_text(tmp_path):
     assert params == tasks
     assert params[1] == {"retrain_cpu": True, "results_path": f"{tmp_path}/1/r.json", "scales": [5], "budgets": [1e17]}
     assert isinstance(params[0]["budgets"][0], float)
+    # with a lean copy (`--lean-tasks`), the first task runs the page itself and the others the copy; with
+    # `--lean-tasks all` (lean_first) every task runs the copy
+    lean = tmp_path / "lean.ipynb"
+    for lean_first, first in ((False, SCALING), (True, lean)):
+        text = sbatch_script(SCALING, tasks, run_dir=tmp_path, job_name="iso", lean=lean, lean_first=lean_first)
+        assert re.findall(r" NB=(\S+) ;;", text) == [str(first), str(lean)], (lean_first, text)
 
 
 def test_startup_file_runs_before_the_notebook(tmp_path):
