@@ -94,7 +94,7 @@ class SgatlinAttention(nn.Module):
 
     def forward(self, x_BxTxD: torch.Tensor, positions_BxT: torch.Tensor, cache: DynamicCache | None = None,
                 key_mask_BxS: torch.Tensor | None = None):
-        "Attention of `x` at `positions` to itself and the cached positions before it (`key_mask`: 0 for padding); the cache takes the new keys and values."
+        "Attention of `x` (rotated by `positions`) to itself and the cache's earlier slots, less the padding (`key_mask` 0); the cache takes the new keys and values."
         dt = self.w_q.dtype
         x_BxTxD = x_BxTxD.to(dt)
         q_BxTxHxE = torch.einsum('btd,dhe->bthe', x_BxTxD, self.w_q)
@@ -105,9 +105,10 @@ class SgatlinAttention(nn.Module):
         k_BxHxSxE = rope(k_BxTxHxE, positions_BxT, self.rope_base).transpose(1, 2)
         v_BxHxSxE = v_BxTxHxE.transpose(1, 2)
         if cache is not None: k_BxHxSxE, v_BxHxSxE = cache.update(k_BxHxSxE, v_BxHxSxE, self.layer_idx)
-        S, E = k_BxHxSxE.shape[2], q_BxTxHxE.shape[-1]
-        seen_BxTxS = positions_BxT[:, :, None] >= torch.arange(S, device=x_BxTxD.device)  # cached slot s holds position s
-        if key_mask_BxS is not None: seen_BxTxS = seen_BxTxS & key_mask_BxS[:, None, :].bool()
+        (T, S), E = (q_BxTxHxE.shape[1], k_BxHxSxE.shape[2]), q_BxTxHxE.shape[-1]
+        slots_S = torch.arange(S, device=x_BxTxD.device)
+        seen_BxTxS = (slots_S[None, :] <= slots_S[S - T:, None])[None]  # causal over cache slots: the new queries are the last T
+        if key_mask_BxS is not None: seen_BxTxS = seen_BxTxS & key_mask_BxS[:, None, :].bool()  # no padding keys
         logits_BxHxTxS = torch.einsum('bhte,bhse->bhts', q_BxHxTxE.float(), k_BxHxSxE.float()) / math.sqrt(E)
         logits_BxHxTxS = logits_BxHxTxS.masked_fill(~seen_BxTxS[:, None], torch.finfo(torch.float32).min)
         p_BxHxTxS = torch.softmax(logits_BxHxTxS, dim=-1).to(dt)
@@ -322,14 +323,16 @@ class SgatlinModel(SgatlinPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None):
-        "The final-normed stream of `input_ids [B, T]`, after the positions in `cache` (if any)."
+        "The final-normed stream of `input_ids [B, T]`, after the slots in `cache` (if any); without `position_ids`, a row's positions count its real tokens (`attention_mask`) from 0."
         B, T = input_ids.shape
         past = cache.get_seq_length() if cache is not None else 0
+        key_mask_BxS = attention_mask if attention_mask is not None and attention_mask.shape[-1] == past + T else None
+        if position_ids is None and key_mask_BxS is not None:  # as `generate` computes them: padding does not count
+            position_ids = (key_mask_BxS.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
         if position_ids is None: position_ids = (past + torch.arange(T, device=input_ids.device)).expand(B, T)
         if int(position_ids.max()) >= self.config.seq_len:
             raise ValueError(f"position {int(position_ids.max())} is past the model's context: it reads at most "
                              f"seq_len={self.config.seq_len} positions")
-        key_mask_BxS = attention_mask if attention_mask is not None and attention_mask.shape[-1] == past + T else None
         x_BxTxD = self.embed(input_ids).float()
         for block in self.blocks:
             x_BxTxD = block(x_BxTxD, position_ids, cache, key_mask_BxS)
