@@ -71,8 +71,7 @@ class Ladder:
     moe_router_bias: bool = True                # MoE router bias; the authors' code has none
 
     def shape(self, scale: int | float, kind: str) -> tuple[int, int, int]:
-        """`(d_model, n_layers, d_ffw)` at `scale` for the feedforward `kind`, as in the paper's listing. A half-integer
-        `scale` is a *half-rung* between two rungs (below rung 1 at 0.5): the same formulas, the layers rounded up."""
+        "`(d_model, n_layers, d_ffw)` at `scale` for the feedforward `kind`, as in the paper's listing; a half-integer `scale` is a half-rung between two rungs (below rung 1 at 0.5): the same formulas, the layers rounded up."
         scale = rung(scale)
         if kind not in LADDER_KINDS: raise ValueError(f"kind must be one of {list(LADDER_KINDS)}, got {kind!r}")
         if (d_model := self.width * scale) != int(d_model):
@@ -480,8 +479,8 @@ def frontier(df: pd.DataFrame, corpus: str = 'tinystories') -> pd.DataFrame:
     """Each variant's isoflop optimum per budget on `corpus`, from `results_frame` rows (of one file or several
     concatenated): the rung or half-rung whose seed-0 run is best (`scale`), with the held-out loss over every seed
     that ran there (`loss`, `ppl` = exp(`loss`)); whether the ladder brackets it (`inside`: a smaller and a larger rung
-    ran and did worse); and where its neighbours on both sides lie at most a half-rung away, the optimum interpolated
-    through the three (`interpolate_optimum`: `params_interp`, `ppl_interp`; NaN elsewhere)."""
+    ran and did worse); and where its neighbours on both sides lie at most a half-rung away, the vertex of the
+    parabola through the three (`interpolate_optimum`: `params_interp`, `ppl_interp`, an extrapolated estimate; NaN elsewhere)."""
     d = df[df.recipe & (df.corpus == corpus) & df.eval_ppl.notna()]
     rows = []
     for (variant, budget), g in d.groupby(['variant', 'budget']):
@@ -503,7 +502,8 @@ def frontier(df: pd.DataFrame, corpus: str = 'tinystories') -> pd.DataFrame:
 
 def interpolate_optimum(params, loss) -> tuple[float, float] | None:
     """The parabola in log-parameters through the lowest `loss` and its neighbours on either side (by `params`): its
-    vertex, `(params, loss)`; `None` when the lowest is the smallest or the largest model (the ladder does not bracket it)."""
+    vertex, `(params, loss)`; `None` when the lowest is the smallest or the largest model (the ladder does not bracket it).
+    The vertex is an estimate, at or below the lowest loss: with unevenly spaced or very unequal neighbours, far below it."""
     x, y = np.log(np.asarray(params, float)), np.asarray(loss, float)
     order = np.argsort(x); x, y = x[order], y[order]
     i = int(np.argmin(y))
@@ -658,7 +658,6 @@ def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerCh
         lines = pd.DataFrame([dict(variant=v, budget=c, ppl=math.exp(math.exp(a) * c ** b)) for v, (a, b) in fits.items() for c in grid])
         layers.append(alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(x='budget:Q', y='ppl:Q', color=kinds))
     return alt.layer(*layers).properties(width=420, height=280, title='Compute-optimal frontier (TinyStories, CPU ladder)')
-
 
 # %% ../nbs/07_scaling.ipynb #ext36r0
 # the repetition control: the reference model's 2.2x larger story set, written by `write_stories` next to the run
