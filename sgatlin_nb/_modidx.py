@@ -959,6 +959,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.scaling.rung': ('scaling.html#rung', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.same_protocol': ('scaling.html#same_protocol', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.seed_crossovers': ('scaling.html#seed_crossovers', 'sgatlin_nb/scaling.py'),
+                                    'sgatlin_nb.scaling.shown_keys': ('scaling.html#shown_keys', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.sparsity_chart': ('scaling.html#sparsity_chart', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.split_tokens': ('scaling.html#split_tokens', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.stale_runs': ('scaling.html#stale_runs', 'sgatlin_nb/scaling.py'),

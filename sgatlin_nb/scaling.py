@@ -7,8 +7,8 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'PAPER_PROTOCOL', 'CPU_PROTOCOL', 'PAPER_GRID', 'MINI_LADDER', 'MINI_RECIPE', 'MINI_CORPUS', 'MINI_GRID',
            'NOISE_SETTINGS', 'REPETITION_CORPUS', 'REPETITION_PROTOCOL', 'rung', 'Ladder', 'ladder_table',
            'flops_label', 'budget_steps', 'isoflop_plan', 'Point', 'Protocol', 'same_protocol', 'paper_protocol',
-           'paper_points', 'paper_grid', 'paper_line', 'corpus_tokenizer', 'run_point', 'read_results', 'record_point',
-           'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart',
+           'paper_points', 'paper_grid', 'paper_line', 'shown_keys', 'corpus_tokenizer', 'run_point', 'read_results',
+           'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart',
            'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance', 'frontier', 'interpolate_optimum',
            'fit_frontier', 'fits_cross', 'split_tokens', 'newest_runs', 'fieller_crossover', 'paired_gaps',
            'bootstrap_crossover', 'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
@@ -277,6 +277,11 @@ def paper_line(miniature: bool = False) -> str:
             + " -p 'paper_results_path={task_dir}/isoflop.json' -p 'paper_work_dir={task_dir}/runs'"
             f" --sweep paper_point=0:{n} --results-param paper_results_path --lean-tasks --run-dir runs/isoflop-paper"
             + ("-miniature" if miniature else "") + " --gpus-per-node 8 --time 24:00:00")
+
+# %% ../nbs/07_scaling.ipynb #fx07k01
+def shown_keys(text: str) -> str:
+    "`text` with every run key's budget as `flops_label` writes it (`1e10`); `Point.key`, the results files and run folders keep `1e+10`."
+    return re.sub(r'(?<=\d)e\+(?=\d)', 'e', text)
 
 # %% ../nbs/07_scaling.ipynb #169a5203
 def corpus_tokenizer(corpus: str, vocab_size: int, folder: str | Path) -> Path:
