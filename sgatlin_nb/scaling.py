@@ -574,7 +574,8 @@ def paired_gaps(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_
     data order, so the two runs of one seed are a pair: `gaps` holds `b`'s perplexity relative to `a`'s seed by seed
     (negative: `b` lower), `gap` the ratio of the seed means (each variant's over every seed it ran; the geometric mean of
     `gaps` where both ran the same seeds), `t`, `df` and `p` a two-sided
-    paired t-test of the log ratios (NaN under two pairs), `sign_p` the two-sided sign test of how many pairs `b` is
+    paired t-test of the log ratios and `lo`, `hi` the 95% t-interval of their mean, as ratios less 1 like `gaps` (all
+    NaN under two pairs), `sign_p` the two-sided sign test of how many pairs `b` is
     lower in, and `lower` the variant whose mean is lower."""
     fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget') for v in (a, b))
     rows = []
@@ -586,6 +587,7 @@ def paired_gaps(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_
         rows.append(dict(budget=c, **{f'scale_{a}': ra.scale, f'scale_{b}': rb.scale, f'ppl_{a}': ra.ppl, f'ppl_{b}': rb.ppl},
                          seeds=seeds, gaps=[float(g) for g in np.expm1(d)], gap=math.exp(rb.loss - ra.loss) - 1,
                          t=float(t.statistic) if t else math.nan, df=len(d) - 1, p=float(t.pvalue) if t else math.nan,
+                         **dict(zip(('lo', 'hi'), np.expm1(t.confidence_interval(0.95)) if t else (math.nan, math.nan))),
                          sign_p=float(stats.binomtest(int((d < 0).sum()), len(d)).pvalue) if len(d) else math.nan,
                          lower=b if rb.loss < ra.loss else a))
     return pd.DataFrame(rows)

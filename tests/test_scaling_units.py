@@ -152,3 +152,10 @@ def test_newest_runs_keeps_the_later_run_of_a_key():
     "The later table's run replaces the earlier's of the same key; other runs stay."
     nr = newest_runs(pd.DataFrame({'key': ['a', 'b'], 'eval_ppl': [1.0, 2.0]}), pd.DataFrame({'key': ['b', 'c'], 'eval_ppl': [5.0, 3.0]}))
     fc.test_eq(dict(zip(nr.key, nr.eval_ppl)), {'a': 1.0, 'b': 5.0, 'c': 3.0})
+
+
+def test_paired_gaps_interval(pg):
+    "The 95% interval is the t-interval of the mean log difference (2 degrees of freedom), as ratios less 1."
+    half = stats.t.ppf(0.975, 2) * D.std(ddof=1) / math.sqrt(3)
+    fc.test_close(np.array([pg.lo, pg.hi]), np.expm1([D.mean() - half, D.mean() + half]), eps=1e-12)
+    assert pg.lo < pg.gap < pg.hi
