@@ -467,13 +467,15 @@ def run_parts(res: dict, save, deadline: float, parts) -> dict:
     for part, run in parts:
         if time.perf_counter() > deadline:
             res['skipped'].append(f'{part}: out of time'); continue
+        t0 = time.perf_counter()
         try: run()
         except Exception as e:
             res['errors'].append(f'{part}: {type(e).__name__}: {str(e)[:500]}')
             print(f'{part}: FAILED ({type(e).__name__}; see errors in the JSON)', flush=True)
+        res.setdefault('part_s', {})[part] = round(time.perf_counter() - t0, 1)  # where a time box goes, compiles included
         save()
     save()
-    print(f"done in {res['elapsed_s']:.0f} s" + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else '')
+    print(f"done in {res['elapsed_s']:.0f} s (" + ', '.join(f'{p} {s:.0f}' for p, s in res.get('part_s', {}).items()) + ')' + (f"; skipped: {', '.join(res['skipped'])}" if res['skipped'] else '')
           + (f"; {len(res['errors'])} part(s) failed" if res['errors'] else ''))
     return res
 

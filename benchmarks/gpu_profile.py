@@ -13,7 +13,7 @@ Parts, most important first (a short time box keeps the first):
    timed it) in four designs, timed interleaved step by step: 'sgatlin' (today: the gate kept by `remat_policy`,
    `bfloat16` rows on one device, the `gpu` tile kernels), 'sgatlin, wide kernels' (the same with `gpu-wide`),
    'sgatlin, as timed' (the design the H200 timed at 30851f6: the gate replayed, float32 tables, restored here by
-   patching two names) and 'swiglu twin'; then 'sgatlin' and 'sgatlin, wide kernels' once more under
+   patching two names) and 'swiglu twin'; then 'sgatlin' and 'sgatlin, wide kernels' once more (3 steps each, `--profile-steps`) under
    `jax.profiler`, the trace reduced here to the total time of each device kernel (the JSON keeps the totals, not
    the trace).
 3. The sparse kernels alone at s6's per-device sizes: `gather_dot`, `gather_combine` (the `gpu` and `gpu-wide`
@@ -149,19 +149,19 @@ def kernel_totals(trace_dir: str, top: int = 40) -> dict:
 
 
 def profile_steps(res, save, a, gpu, deadline):
-    "Three steps of each new design under jax.profiler, reduced to per-kernel totals."
+    "`a.profile_steps` steps (default 3) of each new design under jax.profiler, reduced to per-kernel totals."
     import jax
     for name in ('sgatlin', 'sgatlin, wide kernels'):
         if time.perf_counter() > deadline: res['skipped'].append(f'profile {name}: out of time'); continue
         b = compiled_step(name, a.mini, a.step_layers, gpu)  # compiled and warm from part 2
         with tempfile.TemporaryDirectory() as d:
             with jax.profiler.trace(d, create_perfetto_trace=True):
-                for _ in range(3):
+                for _ in range(a.profile_steps):
                     b[2], m = b[1](b[2], b[3])
                 jax.block_until_ready(m)
-            res.setdefault('profile', {})[name] = kernel_totals(d) | {'steps': 3}
+            res.setdefault('profile', {})[name] = kernel_totals(d) | {'steps': a.profile_steps}
         top = res['profile'][name]['kernels'][:3]
-        print(f"profile {name:24s} " + ', '.join(f"{k['name'][:40]} {k['us'] / 3:,.0f} us/step" for k in top), flush=True)
+        print(f"profile {name:24s} " + ', '.join(f"{k['name'][:40]} {k['us'] / a.profile_steps:,.0f} us/step" for k in top), flush=True)
         save()
 
 
@@ -289,6 +289,7 @@ def main(argv=None):
     p.add_argument('--reps', type=int, default=10, help='timed calls per kernel')
     p.add_argument('--steps', type=int, default=8, help='timed steps per design')
     p.add_argument('--step-layers', type=int, default=4, help='blocks of the step designs (s6 rung)')
+    p.add_argument('--profile-steps', type=int, default=3, help='steps traced per design under the profiler')
     a = p.parse_args(argv)
     res, save, deadline = start_result('gpu_profile', a, {})
     gpu = res['platform'] == 'gpu'

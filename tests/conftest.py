@@ -51,6 +51,17 @@ def data_dir() -> Path:
     return Path(d)
 
 
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """One `SGATLIN_CACHE` folder for the whole test session, both xdist workers included: a paper page's `run_full`
+    path trains its model there once (`cached_run` and `reference_circuit_db` hold a file lock while they build), and
+    every later page run reads it, as in a user's cache. The paper pipeline's Slurm jobs and JupyterLab's pages share it."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "sgatlin_cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def sgatlin_cmd() -> list[str]:
     "The installed console script, else the module."
     exe = Path(sys.executable).parent / "sgatlin"
@@ -204,8 +215,28 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 # Where the time goes, printed at the end of every run: each module's seconds (setup, call and teardown summed) and each
-# xdist worker's, so that the units' order above and the two tiers can be set from measurements.
+# xdist worker's, so that the units' order above and the two tiers can be set from measurements; and each module's CPU
+# seconds (user and system, of the worker and of every process it started and waited for: the Slurm jobs, which
+# slurmd starts, are not counted), since on 2 busy cores the CPU a module uses, not its wall time, is what it costs.
 _SECONDS: dict = {}
+_CPU_AT = [None]
+
+
+def _cpu_now() -> float:
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def pytest_collection_finish(session):
+    _CPU_AT[0] = _cpu_now()  # from here on, each phase of each test is charged the CPU used since the last
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    now = _cpu_now()
+    outcome.get_result().user_properties.append(("cpu_s", now - (_CPU_AT[0] or now)))
+    _CPU_AT[0] = now
 
 
 def pytest_runtest_logreport(report):
@@ -213,6 +244,8 @@ def pytest_runtest_logreport(report):
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
     for key in (("module", module), ("worker", worker)):
         _SECONDS[key] = _SECONDS.get(key, 0.0) + report.duration
+    cpu = sum(v for k, v in report.user_properties if k == "cpu_s")
+    _SECONDS[("cpu", module)] = _SECONDS.get(("cpu", module), 0.0) + cpu
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -222,3 +255,6 @@ def pytest_terminal_summary(terminalreporter):
     for kind in ("worker", "module"):
         rows = sorted(((s, name) for (k, name), s in _SECONDS.items() if k == kind), reverse=True)
         tr.write_line(f"{kind}s: " + ", ".join(f"{name} {s:.0f}" for s, name in rows))
+    rows = sorted(((s, name) for (k, name), s in _SECONDS.items() if k == "cpu"), reverse=True)
+    tr.write_line(f"CPU seconds, modules (Slurm's jobs not counted): total {sum(s for s, _ in rows):.0f}; "
+                  + ", ".join(f"{name} {s:.0f}" for s, name in rows))

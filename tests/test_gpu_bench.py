@@ -50,8 +50,10 @@ def test_gpu_bench_mini(tmp_path):
 def test_gpu_profile_mini(tmp_path):
     "`benchmarks/gpu_profile.py --mini`: every part of the GPU window's profile at toy sizes, the GPU kernels interpreted."
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    # one traced step a design (3 on a GPU): on a CPU the interpreted kernels fill the trace with events, and the
+    # reduction to totals is the same code for any count
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_profile.py"), "--mini", "--reps", "2", "--steps", "2",
-                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)
+                           "--profile-steps", "1", "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "gpu_profile_cpu_mini.json").read_text())
     assert res["mini"] and res["skipped"] == [] and res["errors"] == [], (res["skipped"], res["errors"])
@@ -65,7 +67,7 @@ def test_gpu_profile_mini(tmp_path):
         assert abs(steps[name]["loss"] / steps["sgatlin"]["loss"] - 1) < 1e-2, (name, steps[name]["loss"], steps["sgatlin"]["loss"])
     for name in ("sgatlin", "sgatlin, wide kernels"):  # the profiler's trace reduced to totals
         prof = res["profile"][name]
-        assert prof["steps"] == 3 and prof["kernels"] and prof["total_us"] >= prof["kernels"][0]["us"] > 0
+        assert prof["steps"] == 1 and prof["kernels"] and prof["total_us"] >= prof["kernels"][0]["us"] > 0
     k = res["kernels"]
     assert all(d < 1e-5 for d in k["wide_vs_tiles"].values()), k["wide_vs_tiles"]  # wide tiles and tiles give the same sums
     assert k["rows"]["structured"]["distinct"] < k["rows"]["uniform"]["distinct"]   # structured rows concentrate

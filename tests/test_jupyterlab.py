@@ -48,7 +48,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory, data_dir):
+def lab(tmp_path_factory, data_dir, shared_cache):
     "A JupyterLab server on loopback, in a copy of the repository: (base URL, token, copy)."
     tmp = tmp_path_factory.mktemp("lab")
     copy = tmp / "repo"
@@ -73,7 +73,9 @@ def lab(tmp_path_factory, data_dir):
            "JUPYTER_DATA_DIR": str(tmp / "data"),  # a user's own kernels play no part ...
            "JUPYTER_PATH": str(tmp / "kernels" / "share" / "jupyter"),  # ... the notebooks' kernel is installed here, below
            "IPYTHONDIR": str(tmp / "ipython"),  # a user's own IPython profile, not the docs build's
-           "SGATLIN_CACHE": str(tmp / "cache"),  # where a paper page's run_full path trains its model: not the user's cache
+           # where a paper page's run_full path trains its model, not the user's cache: the session's, which the paper
+           # pipeline's 06 and 14 jobs fill too (whichever comes first trains 06's miniature, under cached_run's lock)
+           "SGATLIN_CACHE": str(shared_cache),
            "JAX_PLATFORMS": "cpu"}  # the data: as the test session has them
     # the notebooks' kernel, installed as the README says, into a folder of this test (--prefix) on the server's JUPYTER_PATH
     res = subprocess.run([str(VENV_BIN / "sgatlin"), "kernel", "install", "--prefix", str(tmp / "kernels")],

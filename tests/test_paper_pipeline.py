@@ -47,10 +47,10 @@ LINES = {
 
 
 @pytest.fixture(scope="module")
-def miniature_runs(slurm, tmp_path_factory, data_dir):
+def miniature_runs(slurm, tmp_path_factory, data_dir, shared_cache):
     "Submit every page's miniature line at once, wait for all; the run folder of each page."
     tmp = tmp_path_factory.mktemp("paper")
-    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu", "SGATLIN_CACHE": str(tmp / "cache"),
+    env = {**os.environ, "SGATLIN_DATA_DIR": str(data_dir), "JAX_PLATFORMS": "cpu", "SGATLIN_CACHE": str(shared_cache),
            "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     runs, started = {}, time.time()
     for page, line in LINES.items():
@@ -145,9 +145,9 @@ def check_06(printed: str, metrics: list[dict]):
     assert all(0 < f <= 1 for f in ev["usage_fraction"]) and all(0 <= h <= 1 for h in ev["usage_entropy"])
 
 
-def test_06_paper_preset_trained_and_evaluated(miniature_runs, tmp_path):
+def test_06_paper_preset_trained_and_evaluated(miniature_runs, shared_cache):
     out = executed(miniature_runs["06_train"])
-    runs = [p for p in (miniature_runs["06_train"].parent / "cache").iterdir() if p.is_dir()]
+    runs = [p for p in shared_cache.iterdir() if p.is_dir()]
     run = next(p for p in runs if p.name.startswith("tinystories-miniature"))
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     check_06(out, metrics)
