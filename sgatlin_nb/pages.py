@@ -371,7 +371,7 @@ def neuron_html(data: SiteData, layer: int, channel: int, neuron: int,
                  'together': p.together, 'conditional': p.conditional} for p in part.itertuples()]
     writes, reads = data.directions[layer, channel, neuron]
     R, F = data.R, db.d_ffw
-    rank = f"{int(n['rank'])} of {int(data.firing.get(layer, 0))}" if n.fires else "—"
+    rank = f"{int(n['rank']):,} of {int(data.firing.get(layer, 0)):,}" if n.fires else "—"
     cards = [(f"{n.rate:.2%}", f"firing rate: {int(n.fires):,} of {db.n_rows:,} recorded tokens select it"),
              (rank, f"usage rank among the firing neurons of layer {layer + 1}"),
              (f"a = {n.a}, b = {n.b}", f"sub-keys: neuron = a·{R} + b"),
