@@ -6,11 +6,20 @@
 # committed notebooks stay output-free. Charts use the offline altair renderer of the IPython
 # profile in scripts/docs_ipython (nbdev-test loads the profile; see its startup file), so the
 # pages need no CDN. Fails loudly (non-zero exit) if any notebook fails.
-# Usage (from anywhere): bash scripts/execute_nbs.sh DEST [extra nbdev-test options]
+# Usage (from anywhere): bash scripts/execute_nbs.sh DEST [--balanced N] [extra nbdev-test options]
+# --balanced N runs N nbdev-test processes of one worker each, side by side, over groups of pages of about equal
+# seconds (scripts/split_pages.py): one nbdev-test of N workers hands out the pages in name order, and the slow ones
+# that come last then run alone while the other workers idle.
 # Uses the virtual environment $SGATLIN_VENV (default: .venv of this repository), like scripts/test.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-DEST=${1:?usage: execute_nbs.sh DEST [nbdev-test options]}; shift
+DEST=${1:?usage: execute_nbs.sh DEST [--balanced N] [nbdev-test options]}; shift
+GROUPS_N=0
+if [ "${1:-}" = "--balanced" ]; then GROUPS_N=${2:?--balanced needs a number of processes}; shift 2; fi
+if [ "$GROUPS_N" -ne 0 ]; then
+  for a in "$@"; do case "$a" in --file-re|--file_re|--file-glob|--file_glob|--path|--n-workers|--n_workers)
+    echo "execute_nbs.sh: --balanced chooses the pages and the workers itself; leave out $a"; exit 2 ;; esac; done
+fi
 VENV=${SGATLIN_VENV:-.venv}
 case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
 mkdir -p "$DEST"
@@ -27,4 +36,18 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 # the static page as a line of text (tqdm reads TQDM_DISABLE; the CLI and the library keep their bars)
 export TQDM_DISABLE=1
 echo "== nbdev-test --save in $DEST (executed notebooks: $DEST/nbs)"
-"$VENV/bin/nbdev-test" --save "$@"
+if [ "$GROUPS_N" -eq 0 ]; then
+  exec "$VENV/bin/nbdev-test" --save "$@"
+fi
+mapfile -t PAGE_GROUPS < <("$VENV/bin/python" "$DEST/scripts/split_pages.py" "$GROUPS_N")
+[ "${#PAGE_GROUPS[@]}" -gt 0 ] || { echo "FAIL: scripts/split_pages.py gave no group of pages"; exit 1; }
+pids=()
+for re in "${PAGE_GROUPS[@]}"; do
+  echo "== pages: $re"
+  "$VENV/bin/nbdev-test" --save --file-re "$re" --n-workers 1 "$@" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done  # every group runs to its end; any failure fails the whole
+[ "$status" -eq 0 ] || echo "FAIL: nbdev-test failed in at least one group of pages (its notebooks are named above)"
+exit "$status"

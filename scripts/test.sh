@@ -23,23 +23,21 @@ FAST_PAGES='^(index|tour|results|03_complexity|06a_runs|06b_configs|06c_distribu
 
 export SGATLIN_CHROMIUM=${SGATLIN_CHROMIUM:-/usr/bin/chromium}
 export SGATLIN_CHROMEDRIVER=${SGATLIN_CHROMEDRIVER:-/usr/bin/chromedriver}
+# Chromium installs (apt-get, in the background) while pip installs the Python packages; both are waited for below.
+fail_chromium() { echo "FAIL: cannot install Chromium for the docs check: $1"; exit 1; }
+APT_PID=""
 if [ ! -x "$SGATLIN_CHROMIUM" ] || [ ! -x "$SGATLIN_CHROMEDRIVER" ]; then
-  echo "== installing chromium and chromium-driver (Debian packages) for the docs check"
-  fail() { echo "FAIL: cannot install Chromium for the docs check: $1"; exit 1; }
-  command -v apt-get >/dev/null || fail "apt-get not found; install chromium and chromium-driver yourself, or set SGATLIN_CHROMIUM and SGATLIN_CHROMEDRIVER"
+  echo "== installing chromium and chromium-driver (Debian packages) for the docs check, beside the Python packages"
+  command -v apt-get >/dev/null || fail_chromium "apt-get not found; install chromium and chromium-driver yourself, or set SGATLIN_CHROMIUM and SGATLIN_CHROMEDRIVER"
   SUDO=()
   if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || fail "not root and sudo not found; run as root or install chromium and chromium-driver"
+    command -v sudo >/dev/null || fail_chromium "not root and sudo not found; run as root or install chromium and chromium-driver"
     SUDO=(sudo); [ -t 0 ] || SUDO=(sudo -n)  # no terminal (CI): fail instead of waiting for a password
   fi
   APT_LOG=$(mktemp "${TMPDIR:-/tmp}/sgatlin_apt.XXXXXX")
-  if ! { "${SUDO[@]}" apt-get update && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-           apt-get install -y --no-install-recommends chromium chromium-driver; } >"$APT_LOG" 2>&1; then
-    tail -n 5 "$APT_LOG"
-    fail "apt-get install chromium chromium-driver failed (log: $APT_LOG)"
-  fi
-  rm -f "$APT_LOG"
-  [ -x "$SGATLIN_CHROMIUM" ] && [ -x "$SGATLIN_CHROMEDRIVER" ] || fail "installed, but $SGATLIN_CHROMIUM or $SGATLIN_CHROMEDRIVER is still missing"
+  { "${SUDO[@]}" apt-get update && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends chromium chromium-driver; } >"$APT_LOG" 2>&1 </dev/null &
+  APT_PID=$!
 fi
 VENV=${SGATLIN_VENV:-.venv}
 PY=${PYTHON:-python3}
@@ -56,6 +54,15 @@ fi
 # circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
 "$VENV/bin/python" -m pip download --quiet --no-deps "circuit-tracer==0.5.0" -d build/wheels
 "$VENV/bin/python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+if [ -n "$APT_PID" ]; then
+  if ! wait "$APT_PID"; then
+    tail -n 5 "$APT_LOG"
+    fail_chromium "apt-get install chromium chromium-driver failed (log: $APT_LOG)"
+  fi
+  rm -f "$APT_LOG"
+  [ -x "$SGATLIN_CHROMIUM" ] && [ -x "$SGATLIN_CHROMEDRIVER" ] || fail_chromium "installed, but $SGATLIN_CHROMIUM or $SGATLIN_CHROMEDRIVER is still missing"
+  echo "== chromium and chromium-driver installed"
+fi
 T_INSTALL=$SECONDS  # seconds since the script started (bash)
 
 export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
@@ -105,7 +112,9 @@ NB_LOG="$EXECUTED.log"
 trap 'rm -rf "$EXECUTED" "$NB_LOG"' EXIT
 # --timing prints "NAME.ipynb: N secs" per notebook as each finishes, and --cell-timing-min every cell slower than 30 s;
 # the log (pipefail keeps nbdev-test's exit status through tee) is sorted, slowest first, below.
-bash scripts/execute_nbs.sh "$EXECUTED" --n-workers 2 --timing --cell-timing-min 30 2>&1 | tee "$NB_LOG"
+# Two nbdev-test processes side by side, over halves of the pages of about equal seconds (scripts/split_pages.py, from
+# the seconds in scripts/notebook_seconds.json; `python scripts/split_pages.py --update LOG` keeps a new run's).
+bash scripts/execute_nbs.sh "$EXECUTED" --balanced 2 --timing --cell-timing-min 30 2>&1 | tee "$NB_LOG"
 echo "== notebooks, slowest first (seconds)"
 grep -E '^[^ ]+\.ipynb: [0-9.]+ secs$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+) secs$/\2 \1/' | sort -k1,1nr | awk '{printf "%8.0f  %s\n", $1, $2}' || true
 echo "== cells slower than 30 s, slowest first (seconds)"

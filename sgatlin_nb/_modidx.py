@@ -936,6 +936,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'sgatlin_nb.scaling.flops_label': ('scaling.html#flops_label', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.frontier': ('scaling.html#frontier', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.frontier_chart': ('scaling.html#frontier_chart', 'sgatlin_nb/scaling.py'),
+                                    'sgatlin_nb.scaling.holm': ('scaling.html#holm', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.interpolate_optimum': ('scaling.html#interpolate_optimum', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.isoflop_chart': ('scaling.html#isoflop_chart', 'sgatlin_nb/scaling.py'),
                                     'sgatlin_nb.scaling.isoflop_plan': ('scaling.html#isoflop_plan', 'sgatlin_nb/scaling.py'),

@@ -10,7 +10,7 @@ __all__ = ['LADDER_KINDS', 'PAPER_LADDER', 'GPT2_VOCAB', 'PAPER_SEQ', 'CPU_LADDE
            'paper_points', 'paper_grid', 'paper_line', 'shown_keys', 'corpus_tokenizer', 'run_point', 'read_results',
            'record_point', 'stale_runs', 'run_sweep', 'merge_results', 'results_frame', 'best_points', 'isoflop_chart',
            'sparsity_chart', 'retrain_run', 'rerun_noise', 'noise_tolerance', 'frontier', 'interpolate_optimum',
-           'fit_frontier', 'fits_cross', 'split_tokens', 'newest_runs', 'fieller_crossover', 'paired_gaps',
+           'fit_frontier', 'fits_cross', 'split_tokens', 'newest_runs', 'fieller_crossover', 'holm', 'paired_gaps',
            'bootstrap_crossover', 'seed_crossovers', 'rank_optima', 'frontier_chart', 'sweep_flops']
 
 # %% ../nbs/07_scaling.ipynb #e79daeae
@@ -569,14 +569,26 @@ def fieller_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *
     return {'crossover': math.exp(e) if e < 700 else math.inf, 'lo': lo, 'hi': hi, 'n': n, 'df': n - 2,
             'slope': float(slope), 'slope_se': math.sqrt(s2 / sxx)}
 
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment of the p-values `p` (in their order, NaN left out of the count and kept NaN): a test
+    is separated at level α with the whole family's error rate held at α when its adjusted p is below α. The i-th
+    smallest of m is multiplied by m - i (from i = 0), and each adjusted value is at least the one before it, at most 1."""
+    p = np.asarray(p, float)
+    out, ok = np.full(p.shape, np.nan), ~np.isnan(p)
+    order = np.argsort(p[ok])
+    m = len(order)
+    out[np.flatnonzero(ok)[order]] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[ok][order]))
+    return out
+
 def paired_gaps(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0) -> pd.DataFrame:
     """`b` against `a` at each budget from `min_budget`, each at its own optimum (`frontier` rows). A seed also fixes the
     data order, so the two runs of one seed are a pair: `gaps` holds `b`'s perplexity relative to `a`'s seed by seed
     (negative: `b` lower), `gap` the ratio of the seed means (each variant's over every seed it ran; the geometric mean of
     `gaps` where both ran the same seeds), `t`, `df` and `p` a two-sided
     paired t-test of the log ratios and `lo`, `hi` the 95% t-interval of their mean, as ratios less 1 like `gaps` (all
-    NaN under two pairs), `sign_p` the two-sided sign test of how many pairs `b` is
-    lower in, and `lower` the variant whose mean is lower."""
+    NaN under two pairs), `p_holm` those p-values adjusted by `holm` for the budgets compared (one family: a verdict over
+    several budgets is as likely to hold by chance as its weakest test is), `sign_p` the two-sided sign test of how many
+    pairs `b` is lower in, and `lower` the variant whose mean is lower."""
     fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget') for v in (a, b))
     rows = []
     for c in sorted(set(fa.index) & set(fb.index)):
@@ -590,7 +602,9 @@ def paired_gaps(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_
                          **dict(zip(('lo', 'hi'), np.expm1(t.confidence_interval(0.95)) if t else (math.nan, math.nan))),
                          sign_p=float(stats.binomtest(int((d < 0).sum()), len(d)).pvalue) if len(d) else math.nan,
                          lower=b if rb.loss < ra.loss else a))
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out): out.insert(out.columns.get_loc('p') + 1, 'p_holm', holm(out.p))
+    return out
 
 def bootstrap_crossover(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_budget: float = 0,
                         n: int = 2000, seed: int = 0) -> pd.DataFrame:

@@ -391,7 +391,9 @@ class SgatlinLM(TemplateLM):
         self.progress = progress
 
     @property
-    def eot_token_id(self) -> int: return eot_id(self.tokenizer_)
+    def eot_token_id(self) -> int:
+        "The id of `<|endoftext|>`: put before every encoded text (as a BOS token), and where generation stops."
+        return eot_id(self.tokenizer_)
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
         "Ids of `string`, after `<|endoftext|>` unless `add_special_tokens` is False (as a BOS token is added)."

@@ -8,7 +8,7 @@ import pandas as pd
 from scipy import stats
 
 from sgatlin_nb.scaling import (LADDER_KINDS, fieller_crossover, fit_frontier, fits_cross, interpolate_optimum, newest_runs,
-                                paired_gaps, rank_optima)
+                                paired_gaps, rank_optima, holm)
 
 
 P = np.array([300.0, 1e3, 2e3, 8e3])                       # a parabola in log-parameters, lowest at 1,500
@@ -159,3 +159,21 @@ def test_paired_gaps_interval(pg):
     half = stats.t.ppf(0.975, 2) * D.std(ddof=1) / math.sqrt(3)
     fc.test_close(np.array([pg.lo, pg.hi]), np.expm1([D.mean() - half, D.mean() + half]), eps=1e-12)
     assert pg.lo < pg.gap < pg.hi
+
+
+def test_holm_by_hand():
+    "Holm's step-down on four p-values: the smallest times 4, the next times 3, ..., never below the one before, at most 1."
+    # sorted 0.01, 0.02, 0.03, 0.5 -> 0.04, 0.06, 0.06 (0.03 * 2 = 0.06 kept at 0.06), 1 (0.5 * 1 = 0.5 -> 0.5); in input order
+    fc.test_close(holm([0.03, 0.5, 0.01, 0.02]), np.array([0.06, 0.5, 0.04, 0.06]), eps=1e-12)
+    fc.test_close(holm([0.3, 0.9]), np.array([0.6, 0.9]), eps=1e-12)           # 0.9 * 1 = 0.9 >= 0.6
+    fc.test_close(holm([0.7, 0.9]), np.array([1.0, 1.0]), eps=1e-12)           # 0.7 * 2 capped at 1, and 0.9 raised to it
+    out = holm([0.01, np.nan, 0.04])                                            # NaN kept, and left out of the count (m = 2)
+    assert math.isnan(out[1]) and np.allclose(out[[0, 2]], [0.02, 0.04]), out
+
+
+def test_paired_gaps_holm_column():
+    "paired_gaps corrects its p-values for the budgets it compares: two budgets, the same pairs, Holm over two."
+    two = pd.concat([PF, PF.assign(budget=2.0, seed_loss=[PF.seed_loss[0], {0: 2.9, 1: 3.05, 2: 2.7}])], ignore_index=True)
+    pg2 = paired_gaps(two)
+    fc.test_close(pg2.p_holm.to_numpy(), holm(pg2.p.to_numpy()), eps=1e-15)
+    assert (pg2.p_holm >= pg2.p).all() and pg2.p_holm.min() == 2 * pg2.p.min()
