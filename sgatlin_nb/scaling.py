@@ -586,8 +586,8 @@ def paired_gaps(front: pd.DataFrame, a: str = 'mlp', b: str = 'sgatlin', *, min_
     (negative: `b` lower), `gap` the ratio of the seed means (each variant's over every seed it ran; the geometric mean of
     `gaps` where both ran the same seeds), `t`, `df` and `p` a two-sided
     paired t-test of the log ratios and `lo`, `hi` the 95% t-interval of their mean, as ratios less 1 like `gaps` (all
-    NaN under two pairs), `p_holm` those p-values adjusted by `holm` for the budgets compared (one family: a verdict over
-    several budgets is as likely to hold by chance as its weakest test is), `sign_p` the two-sided sign test of how many
+    NaN under two pairs), `p_holm` those p-values adjusted by `holm` for the budgets compared (one family: a verdict read
+    over several budgets at once keeps its chance of any false separation at the level only when corrected together), `sign_p` the two-sided sign test of how many
     pairs `b` is lower in, and `lower` the variant whose mean is lower."""
     fa, fb = (front[(front.variant == v) & (front.budget >= min_budget)].set_index('budget') for v in (a, b))
     rows = []
