@@ -147,7 +147,7 @@ def slurm_delays() -> dict:
             "sched_s": setting("SchedulerParameters", "sched_interval", 60)}
 
 
-# scripts/test.sh runs pytest on two workers (pytest-xdist, `-n 2 --no-loadscope-reorder`) with the scheduler below:
+# scripts/test.sh runs pytest on three workers (pytest-xdist, `-n 3 --no-loadscope-reorder`) with the scheduler below:
 # each module's tests stay together on one worker, in file order, so a module's fixtures are built once; the modules
 # that submit jobs form one unit, since they queue on the same one-node cluster. Units start slowest first (as
 # measured in CI), so the longest, the miniature paper pipeline, does not start last.

@@ -35,10 +35,11 @@ def page_line(page: str) -> str:
 # lean copy (`--lean-tasks all`: its code, imports, parameters and heavy cells); 07's first task too, where the paper
 # line runs the whole page (test_slurm's test_sbatch_text checks that the script gives its first task the page).
 LEAN = " --lean-tasks all"
+# 08's single task trains six ablations in a row, the longest task: submitted first, it does not run last alone
 LINES = {
+    "08_ablations": page_line("08_ablations.ipynb") + " -p miniature=True" + LEAN,
     "06_train": page_line("06_train.ipynb") + " -p miniature=True" + LEAN,
     "07_scaling": paper_line(miniature=True) + LEAN,
-    "08_ablations": page_line("08_ablations.ipynb") + " -p miniature=True" + LEAN,
     "08a_tasks": page_line("08a_tasks.ipynb") + " -p miniature=True" + LEAN,
     "13_intervention": page_line("13_intervention.ipynb") + " -p miniature=True" + LEAN,
     "14_usage": page_line("14_usage.ipynb") + " -p miniature=True" + LEAN,
