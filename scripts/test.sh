@@ -49,7 +49,9 @@ else
   echo "== creating $VENV and installing sgatlin_nb[dev]"
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+  # --no-compile: pip would byte-compile all of the environment's ~26,000 Python files, one core for about 50 s; the
+  # processes below compile only the modules they import, once, into the same __pycache__ folders
+  "$VENV/bin/python" -m pip install --quiet --no-compile -e ".[dev]"
 fi
 # circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
 "$VENV/bin/python" -m pip download --quiet --no-deps "circuit-tracer==0.5.0" -d build/wheels
@@ -112,10 +114,9 @@ NB_LOG="$EXECUTED.log"
 trap 'rm -rf "$EXECUTED" "$NB_LOG"' EXIT
 # --timing prints "NAME.ipynb: N secs" per notebook as each finishes, and --cell-timing-min every cell slower than 30 s;
 # the log (pipefail keeps nbdev-test's exit status through tee) is sorted, slowest first, below.
-# Three nbdev-test processes side by side on the two cores, over thirds of the pages of about equal seconds
-# (scripts/split_pages.py, from the seconds in scripts/notebook_seconds.json; `python scripts/split_pages.py --update LOG`
-# keeps a new run's): with two, the group that ended first left a core idle while the other ran its last page.
-bash scripts/execute_nbs.sh "$EXECUTED" --balanced 3 --timing --cell-timing-min 30 2>&1 | tee "$NB_LOG"
+# Two nbdev-test processes side by side, over halves of the pages of about equal seconds (scripts/split_pages.py, from
+# the seconds in scripts/notebook_seconds.json; `python scripts/split_pages.py --update LOG` keeps a new run's).
+bash scripts/execute_nbs.sh "$EXECUTED" --balanced 2 --timing --cell-timing-min 30 2>&1 | tee "$NB_LOG"
 echo "== notebooks, slowest first (seconds)"
 grep -E '^[^ ]+\.ipynb: [0-9.]+ secs$' "$NB_LOG" | sed -E 's/^(.+): ([0-9.]+) secs$/\2 \1/' | sort -k1,1nr | awk '{printf "%8.0f  %s\n", $1, $2}' || true
 echo "== cells slower than 30 s, slowest first (seconds)"
@@ -124,11 +125,9 @@ export SGATLIN_EXECUTED_NBS="$EXECUTED/nbs"
 T_NOTEBOOKS=$SECONDS
 
 echo "== pytest tests (pages, processed by nbdev as for the site, and their screenshots: build/docs_screenshots/)"
-# three workers on two cores, each module's tests together and the Slurm modules in one group, slowest groups first
-# (tests/conftest.py): the worker that holds the Slurm group mostly waits on its jobs (time limits, requeues, stalls),
-# and with two workers one core then idled
+# two workers, each module's tests together and the Slurm modules in one group, slowest groups first (tests/conftest.py)
 status=0
-"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 3 --no-loadscope-reorder \
+"$VENV/bin/python" -m pytest tests -q -p no:cacheprovider -n 2 --no-loadscope-reorder \
   --durations=30 || status=$?  # and the 30 slowest tests
 echo "== stage times (s): install and checks $T_INSTALL, notebooks $((T_NOTEBOOKS - T_INSTALL)), pytest $((SECONDS - T_NOTEBOOKS)), total $SECONDS"
 [ "$status" -eq 0 ] || echo "FAIL: pytest exited with status $status"

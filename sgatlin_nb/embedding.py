@@ -4,10 +4,12 @@
 
 # %% auto #0
 __all__ = ['NAMES', 'PRONOUNS', 'TO_BE', 'DETERMINERS', 'GROUPS', 'GROUP_COLOURS', 'PALETTE', 'frequent_tokens', 'token_group',
-           'nearest_others', 'other_token_neighbours', 'umap_2d', 'embedding_chart', 'same_share', 'group_purity',
-           'purity_table', 'nearest_outside', 'enrichment', 'token_label', 'circuit_map', 'map_chart', 'write_map']
+           'nearest_others', 'other_token_neighbours', 'cache_numba_compiles', 'umap_2d', 'embedding_chart',
+           'same_share', 'group_purity', 'purity_table', 'nearest_outside', 'enrichment', 'token_label', 'circuit_map',
+           'map_chart', 'write_map']
 
 # %% ../nbs/12_embedding.ipynb #eced4ba7
+import sys
 import warnings
 from pathlib import Path
 
@@ -69,9 +71,22 @@ def other_token_neighbours(index: NeighbourIndex, idx, sc, token_ids, k: int) ->
     return out
 
 # %% ../nbs/12_embedding.ipynb #d84f4ec9
+def cache_numba_compiles(packages=('umap', 'pynndescent')) -> int:
+    "Turn on numba's on-disk cache for every compiled function of the imported `packages` not cached yet; how many."
+    from numba.core.caching import NullCache
+    from numba.core.dispatcher import Dispatcher
+    n = 0
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split('.')[0] not in packages: continue
+        for f in list(vars(module).values()):
+            if isinstance(f, Dispatcher) and isinstance(f._cache, NullCache):
+                f.enable_caching(); n += 1
+    return n
+
 def umap_2d(X, nbr_rows, nbr_dist, n_epochs: int = 200, seed: int = 0) -> np.ndarray:
     "2-D UMAP (cosine) of the rows of `X` from their exact nearest others `nbr_rows`, `nbr_dist` `[N, k]`."
     import umap  # imported here: its numba setup is paid only when a map is drawn
+    cache_numba_compiles()
     n = X.shape[0]
     knn_rows = np.hstack([np.arange(n)[:, None], nbr_rows])  # UMAP expects each point first among its neighbours
     knn_dist = np.hstack([np.zeros((n, 1)), nbr_dist]).astype(np.float32)

@@ -662,9 +662,10 @@ def rank_optima(front: pd.DataFrame, budget: float, min_seeds: int = 3) -> dict 
     pair = {s: math.exp(a[s] - b[s]) - 1 for s in sorted(set(a) & set(b))}
     return {'order': order, 'ppl': {v: float(g.ppl[v]) for v in order}, 'pair': pair, 'clear': bool(pair) and max(pair.values()) < 0}
 
-def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerChart:
+def frontier_chart(front: pd.DataFrame, fits: dict | None = None, fit_from: float | None = None) -> alt.LayerChart:
     """The analogue of the paper's figure 1 along the budget: each variant's best perplexity (mean over seeds, bars from
-    the best to the worst seed) against the budget, with the power laws of `fits` (`{variant: (a, b)}`) as dashed lines."""
+    the best to the worst seed) against the budget, with the power laws of `fits` (`{variant: (a, b)}`) as dashed lines
+    from `fit_from`, the smallest budget the fits used (default: the smallest of `front`), to the largest."""
     kinds = alt.Color('variant:N', sort=list(LADDER_KINDS))
     log = lambda: alt.Scale(type='log', nice=False, padding=12)
     base = alt.Chart(front.drop(columns='seed_loss')).encode(
@@ -675,7 +676,7 @@ def frontier_chart(front: pd.DataFrame, fits: dict | None = None) -> alt.LayerCh
     bars = base.mark_rule().encode(y='ppl_min:Q', y2='ppl_max:Q')
     layers = [bars, dots]
     if fits:
-        grid = np.geomspace(front.budget.min(), front.budget.max(), 40)
+        grid = np.geomspace(front.budget.min() if fit_from is None else fit_from, front.budget.max(), 40)
         lines = pd.DataFrame([dict(variant=v, budget=c, ppl=math.exp(math.exp(a) * c ** b)) for v, (a, b) in fits.items() for c in grid])
         layers.append(alt.Chart(lines).mark_line(strokeDash=[4, 3]).encode(x='budget:Q', y='ppl:Q', color=kinds))
     return alt.layer(*layers).properties(width=420, height=280, title='Compute-optimal frontier (TinyStories, CPU ladder)')

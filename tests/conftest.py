@@ -147,7 +147,7 @@ def slurm_delays() -> dict:
             "sched_s": setting("SchedulerParameters", "sched_interval", 60)}
 
 
-# scripts/test.sh runs pytest on three workers (pytest-xdist, `-n 3 --no-loadscope-reorder`) with the scheduler below:
+# scripts/test.sh runs pytest on two workers (pytest-xdist, `-n 2 --no-loadscope-reorder`) with the scheduler below:
 # each module's tests stay together on one worker, in file order, so a module's fixtures are built once; the modules
 # that submit jobs form one unit, since they queue on the same one-node cluster. Units start slowest first (as
 # measured in CI), so the longest, the miniature paper pipeline, does not start last.
@@ -175,6 +175,7 @@ SLOW = {
     "test_multidevice": "every kind trained data parallel on forced devices",
     "test_demo": "the README's main command, whole",
     "test_hf": "torch exports of every kind, compared with JAX",
+    "test_umap_cache": "two processes drawing UMAP maps, the first compiling numba's functions",
     "test_train_resume::test_mirrored_run_killed_then_resumed_on_an_empty_node": "kill, mirror and resume processes",
     "test_train_resume::test_sigterm_saves_the_step_reached_then_resume_matches": "signalled training processes",
     "test_train_resume::test_sigkill_then_resume_matches_uninterrupted_run": "signalled training processes",
