@@ -49,9 +49,10 @@ else
   echo "== creating $VENV and installing sgatlin_nb[dev]"
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  # --no-compile: pip would byte-compile all of the environment's ~26,000 Python files, one core for about 50 s; the
-  # processes below compile only the modules they import, once, into the same __pycache__ folders
-  "$VENV/bin/python" -m pip install --quiet --no-compile -e ".[dev]"
+  # pip byte-compiles every file it installs (about 26,000, one core for about 50 s). Left to the processes instead
+  # (--no-compile), each would compile what it imports afresh where PYTHONDONTWRITEBYTECODE is set, as on the machine
+  # this was measured on: every page ran about 8% slower (notebook stage), so pip compiles
+  "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
 fi
 # circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
 "$VENV/bin/python" -m pip download --quiet --no-deps "circuit-tracer==0.5.0" -d build/wheels
