@@ -50,8 +50,8 @@ else
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   # pip byte-compiles every file it installs (about 26,000, one core for about 50 s). Left to the processes instead
-  # (--no-compile), each would compile what it imports afresh where PYTHONDONTWRITEBYTECODE is set, as on the machine
-  # this was measured on: every page ran about 8% slower (notebook stage), so pip compiles
+  # (--no-compile), each would compile what it imports from source every time where PYTHONDONTWRITEBYTECODE is set
+  # (a venv installed so on such a machine held no .pyc of jax after a whole run), so pip compiles
   "$VENV/bin/python" -m pip install --quiet -e ".[dev]"
 fi
 # circuit-tracer's wheel alone (the library needs torch): tests/test_graph.py reads our graph files with its pydantic models
