@@ -541,6 +541,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                    'sgatlin_nb/intervention.py'),
                                          'sgatlin_nb.intervention.bootstrap_ci': ( 'intervention.html#bootstrap_ci',
                                                                                    'sgatlin_nb/intervention.py'),
+                                         'sgatlin_nb.intervention.bootstrap_means': ( 'intervention.html#bootstrap_means',
+                                                                                      'sgatlin_nb/intervention.py'),
                                          'sgatlin_nb.intervention.bos_id': ('intervention.html#bos_id', 'sgatlin_nb/intervention.py'),
                                          'sgatlin_nb.intervention.counterfactual_pairs': ( 'intervention.html#counterfactual_pairs',
                                                                                            'sgatlin_nb/intervention.py'),

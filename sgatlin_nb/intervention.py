@@ -6,9 +6,9 @@
 __all__ = ['PAPER_NOUNS', 'ALL', 'SOURCES', 'OVERS', 'TEMPLATE', 'NOT_ADJECTIVES', 'PARSERS', 'NOUN_SETS', 'KnowledgePair',
            'PatchRow', 'prompt_text', 'noun_adjective_rows', 'EncodedRows', 'bos_id', 'encode_rows', 'position_names',
            'knowledge_prompts', 'counterfactual_pairs', 'Cells', 'grid_cells', 'LogitDiffs', 'row_logit_diffs',
-           'logit_diffs', 'normalized_indirect_effect', 'known_pairs', 'bootstrap_ci', 'nie_table', 'nie_heatmap',
-           'nie_bars', 'Patching', 'patch_rows', 'regex_template_pairs', 'spacy_template_pairs', 'template_pairs',
-           'single_token_pairs', 'match_pairs', 'training_corpus', 'patch_experiment']
+           'logit_diffs', 'normalized_indirect_effect', 'known_pairs', 'bootstrap_means', 'bootstrap_ci', 'nie_table',
+           'nie_heatmap', 'nie_bars', 'Patching', 'patch_rows', 'regex_template_pairs', 'spacy_template_pairs',
+           'template_pairs', 'single_token_pairs', 'match_pairs', 'training_corpus', 'patch_experiment']
 
 # %% ../nbs/13_intervention.ipynb #40724d39
 import json
@@ -212,22 +212,26 @@ def known_pairs(diffs: LogitDiffs) -> np.ndarray:
     "`[P]` True where the model prefers each prompt's own adjective: m(x_clean) > 0 > m(x_patch)."
     return (diffs.clean > 0) & (diffs.patch < 0)
 
-def bootstrap_ci(values_CxP, groups_P=None, *,  # groups_P: resample these groups of pairs together (default: each pair)
-                 n_boot: int = 2000, level: float = 0.95, seed: int = 0):
-    "Mean `[C]` of each row over pairs, and the percentile bootstrap interval `(lo [C], hi [C])` at `level`."
+def bootstrap_means(values_CxP, groups_P=None, *, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    "The bootstrap's resampled means `[C, B]` of each row over pairs, the groups `groups_P` resampled whole."
     values_CxP = np.atleast_2d(np.asarray(values_CxP, np.float64))
     P = values_CxP.shape[1]
     if P == 0 or not np.isfinite(values_CxP).all():
         raise ValueError(f"values_CxP must be finite with at least one pair, got shape {values_CxP.shape}")
-    if not 0 < level < 1: raise ValueError(f"level must be in (0, 1), got {level}")
     _, g_P = np.unique(np.arange(P) if groups_P is None else np.asarray(groups_P), return_inverse=True)
     G = g_P.max() + 1
     sums_CxG = np.stack([np.bincount(g_P, weights=v, minlength=G) for v in values_CxP])
     n_G = np.bincount(g_P, minlength=G)
     w_BxG = np.random.default_rng(seed).multinomial(G, np.full(G, 1 / G), size=n_boot)
-    boot_CxB = (sums_CxG @ w_BxG.T) / (w_BxG @ n_G)
+    return (sums_CxG @ w_BxG.T) / (w_BxG @ n_G)
+
+def bootstrap_ci(values_CxP, groups_P=None, *,  # groups_P: resample these groups of pairs together (default: each pair)
+                 n_boot: int = 2000, level: float = 0.95, seed: int = 0):
+    "Mean `[C]` of each row over pairs, and the percentile bootstrap interval `(lo [C], hi [C])` at `level`."
+    if not 0 < level < 1: raise ValueError(f"level must be in (0, 1), got {level}")
+    boot_CxB = bootstrap_means(values_CxP, groups_P, n_boot=n_boot, seed=seed)
     lo_C, hi_C = np.quantile(boot_CxB, [(1 - level) / 2, (1 + level) / 2], axis=1)
-    return values_CxP.mean(1), lo_C, hi_C
+    return np.atleast_2d(np.asarray(values_CxP, np.float64)).mean(1), lo_C, hi_C
 
 # %% ../nbs/13_intervention.ipynb #3d1704ce
 def _label(i: int, kind: str, names=None) -> str:
